@@ -1,0 +1,41 @@
+# Triage — two commands: `make demo` runs the product, `make test` runs the suite.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/triage
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+
+.PHONY: demo test venv services browser models migrate lint clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip==25.3
+	# The CPU wheel first: any looser torch spec pulls gigabytes of CUDA packages.
+	$(PIP) install -q torch==2.13.0
+	$(PIP) install -q -e '.[test]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+services:
+	bin/ensure-services
+
+browser:
+	bin/ensure-chromium
+
+models: venv
+	$(PY) manage.py build_models
+
+test: venv services browser
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(VENV)/bin/pytest -q
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+demo: venv services
+	$(PY) manage.py demo
+
+clean:
+	rm -rf $(VENV) var models
