@@ -41,6 +41,9 @@ class Decision:
     batch: list[Request] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
     cancelled: list[Request] = field(default_factory=list)
+    # Added (compatible): requests taken out of the running batch whose KV stays where it is (on device).
+    # Nothing to carry out; listed so the executor can publish the `preempted` state.
+    paused: list[Request] = field(default_factory=list)
 
     @property
     def is_idle(self) -> bool:

@@ -1,0 +1,392 @@
+"""The machinery every policy shares: arrival buffer, schedule heap, top-b selection, KV allocation and eviction.
+
+A policy is this class plus an ordering key (``priority_key``: lower runs first) and three switches:
+``preemptive`` (a better waiting request displaces a running one at an iteration boundary), ``stage_aware``
+(Hua et al. Algorithm 3: when the best request p* is decoding, prefills wait) and ``running_keys_improve``
+(a running request's key only gets better as it runs, which allows the O(1) fast path below).
+
+Data structures and their costs (n waiting, b batch size):
+- ``arrival_buffer``: deque, ``submit`` is an O(1) append, safe from another thread (CPython's deque
+  append/popleft are atomic); drained into the heap at the start of ``schedule``, O(log n) per arrival.
+- ``schedule_heap``: min-heap of ``(key, arrival_order, seq, request)``, lazily invalidated (a request's
+  live entry is the one whose seq is in ``_heap_seq``): push O(log n), stale entries skipped on pop.
+- ``eviction_heap`` (memory.py): resident requests not in the batch, worst first, O(log n) per victim.
+- ``_rekey_events``: min-heap of times at which a waiting request's key changes (aging steps), O(log n).
+
+``schedule`` is O(b log n + b log b): it pops heap entries only while they beat the worst selected request,
+so in steady state (nothing better waiting) it peeks at the heap top and keeps the batch: O(b).
+Control calls (``cancel``, ``reprioritise``, ``update_config``) are queued the same thread-safe way and
+applied at the next ``schedule``.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Iterable
+from typing import Any
+
+from scheduler.config import SchedulerConfig, TierPolicy
+from scheduler.cost import CostModel
+from scheduler.decision import Decision
+from scheduler.memory import EvictionHeap, KVMemory
+from scheduler.policies.allocation import KVAllocation
+from scheduler.request import Request, Stage
+
+Entry = tuple[tuple, int, int, Request]  # (key, arrival order, seq, request)
+
+
+def decode_ready(r: Request) -> bool:
+    """All of the context's KV (but the newest token) is on device: the request can join a decode step."""
+    return r.kv_tokens_on_host == 0 and r.generated_tokens > 0 and r.context_tokens - r.kv_tokens_on_device <= 1
+
+
+class BaseScheduler(KVAllocation):
+    name = "base"
+    preemptive = True
+    stage_aware = False
+    running_keys_improve = True
+
+    def __init__(self, config: SchedulerConfig, cost: CostModel):
+        self.config = config
+        self.cost = cost
+        self.arrival_buffer: deque[Request] = deque()
+        self._control: deque[tuple[str, Any]] = deque()
+        self.schedule_heap: list[Entry] = []
+        self._heap_seq: dict[str, int] = {}
+        self._seq = itertools.count()
+        self._order: dict[str, int] = {}
+        self._arrivals = itertools.count()
+        self.requests: dict[str, Request] = {}  # every request not yet done or cancelled
+        self.running: list[Request] = []  # the last batch, less the finished
+        self._running_keys: dict[str, tuple] = {}  # keys computed when last selected (stale but >= true)
+        self._rekey_events: list[tuple[float, int, Request]] = []
+        self._cancelled_out: list[Request] = []
+        self._tier_cache: dict[tuple[str | None, int], TierPolicy] = {}
+        self.eviction_heap = EvictionHeap()
+        self.memory = KVMemory(config.kv_capacity_blocks, config.block_size, self._reserved_blocks(config))
+        self.preemptions = 0
+        self.swapped_tokens = 0
+        self.recomputed_tokens = 0
+
+    # --- the Scheduler protocol ------------------------------------------------------------------------
+    def submit(self, request: Request) -> None:
+        """O(1), thread-safe: the request waits in the unsorted arrival buffer until the next decision."""
+        self.arrival_buffer.append(request)
+
+    def cancel(self, request_id: str) -> None:
+        self._control.append(("cancel", request_id))
+
+    def reprioritise(self, request_id: str, level: int) -> None:
+        if not 1 <= level <= 5:
+            raise ValueError("level must be an ESI level 1..5")
+        self._control.append(("reprioritise", (request_id, level)))
+
+    def update_config(self, config: SchedulerConfig) -> None:
+        """Apply an administrator's change at the next decision (tiers, aging, batch size, capacity...)."""
+        self._control.append(("config", config))
+
+    def has_work(self) -> bool:
+        return bool(self.arrival_buffer or self.requests or self._control or self._cancelled_out)
+
+    def schedule(self, now_s: float) -> Decision:
+        self._drain_arrivals(now_s)
+        self._apply_control(now_s)
+        self._fire_rekey_events(now_s)
+        decision = Decision(stage=None, cancelled=self._cancelled_out)
+        self._cancelled_out = []
+        batch = self._fast_path() if self.running_keys_improve else None
+        if batch is None:
+            batch = self._select(now_s, decision)
+        if batch:
+            self._allocate(now_s, batch, decision)
+        if batch:
+            decision.stage = Stage.DECODE if all(decode_ready(r) for r in batch) else Stage.PREFILL
+            for r in batch:
+                r.stage = decision.stage
+        decision.batch = batch
+        self.running = batch
+        return decision
+
+    def complete_iteration(self, now_s: float, decision: Decision, finished_ids: Iterable[str]) -> None:
+        """Every batch member emitted one token: its whole context (but the newest token) now has KV on
+        device. O(b)."""
+        finished = set(finished_ids)
+        still_running = []
+        keys = self._running_keys
+        for r in decision.batch:
+            if r.is_finished:
+                continue
+            key = keys.get(r.id)
+            if key is not None:
+                key = self.advance_key(r, key) if decode_ready(r) else None
+                if key is None:
+                    del keys[r.id]
+                else:
+                    keys[r.id] = key
+            r.kv_tokens_on_device = r.prompt_tokens + r.generated_tokens
+            r.kv_tokens_on_host = 0
+            r.generated_tokens += 1
+            if r.first_token_s is None:
+                r.first_token_s = now_s
+            if r.refined_remaining_tokens is not None:
+                r.refined_remaining_tokens = max(0.0, r.refined_remaining_tokens - 1)
+            if r.id in finished:
+                r.stage = Stage.DONE
+                r.finish_s = now_s
+                self._forget(r)
+            else:
+                r.stage = Stage.DECODE
+                still_running.append(r)
+        self.running = still_running
+
+    # --- what a policy defines -----------------------------------------------------------------------
+    def priority_key(self, r: Request, now_s: float) -> tuple:
+        raise NotImplementedError
+
+    def next_rekey_s(self, r: Request, now_s: float) -> float | None:
+        """When ``r``'s key next changes with time alone (None: never)."""
+        return None
+
+    def advance_key(self, r: Request, key: tuple) -> tuple | None:
+        """``r``'s key after one more decode step, computed from its key before it (called before the
+        step is accounted); None: recompute it at the next full selection. Policies whose key ends with the
+        predicted remaining seconds subtract the step's solo cost, gamma1 * context + gamma2, exactly the
+        difference of ``CostModel.decode_s`` over one step: O(1) with no tier look-up."""
+        return None
+
+    def preemptible(self, r: Request) -> bool:
+        """Whether a running request may be displaced: limited preemption (TRAIL) and the tier's cap."""
+        if r.preemptions >= self.tier(r).max_preemptions:
+            return False
+        c = self.limited_preemption_c
+        return c is None or r.generated_tokens < c * r.predicted_output_tokens
+
+    @property
+    def limited_preemption_c(self) -> float | None:
+        return self.config.limited_preemption_c
+
+    def refine_remaining(self, request_id: str, remaining_tokens: float) -> None:
+        """TRAIL: a refined prediction of the tokens still to come (used from the next decision on)."""
+        r = self.requests.get(request_id)
+        if r is not None:
+            r.refined_remaining_tokens = float(remaining_tokens)
+            self._running_keys.pop(request_id, None)
+
+    # --- helpers policies use ----------------------------------------------------------------------
+    def tier(self, r: Request) -> TierPolicy:
+        k = (r.tier, r.level)
+        t = self._tier_cache.get(k)
+        if t is None:
+            t = self._tier_cache[k] = self.config.tier_for(r.tier, r.level)
+        return t
+
+    def remaining_s(self, r: Request, remaining_tokens: float | None = None) -> float:
+        return self.cost.remaining_s(
+            context_tokens=r.context_tokens, device_tokens=r.kv_tokens_on_device, host_tokens=r.kv_tokens_on_host,
+            generated_tokens=r.generated_tokens,
+            remaining_output_tokens=r.predicted_remaining_tokens if remaining_tokens is None else remaining_tokens,
+        )
+
+    def waiting_count(self) -> int:
+        return len(self._heap_seq) + len(self.arrival_buffer)
+
+    # --- queue management ----------------------------------------------------------------------------
+    def _drain_arrivals(self, now_s: float) -> None:
+        buf = self.arrival_buffer
+        while buf:
+            r = buf.popleft()
+            if r.id in self.requests:
+                continue  # a duplicate submit (e.g. a reclaimed stream entry): keep the first
+            self.requests[r.id] = r
+            self._order[r.id] = next(self._arrivals)
+            self._push(r, now_s)
+
+    def _push(self, r: Request, now_s: float) -> None:
+        seq = next(self._seq)
+        self._heap_seq[r.id] = seq
+        heapq.heappush(self.schedule_heap, (self.priority_key(r, now_s), self._order[r.id], seq, r))
+        t = self.next_rekey_s(r, now_s)
+        if t is not None and t > now_s:
+            heapq.heappush(self._rekey_events, (t, seq, r))
+
+    def _peek(self) -> Entry | None:
+        heap, live = self.schedule_heap, self._heap_seq
+        while heap:
+            top = heap[0]
+            if live.get(top[3].id) == top[2]:
+                return top
+            heapq.heappop(heap)
+        return None
+
+    def _pop(self) -> Entry:
+        entry = heapq.heappop(self.schedule_heap)
+        del self._heap_seq[entry[3].id]
+        return entry
+
+    def _fire_rekey_events(self, now_s: float) -> None:
+        events = self._rekey_events
+        while events and events[0][0] <= now_s:
+            _, seq, r = heapq.heappop(events)
+            if self._heap_seq.get(r.id) == seq:  # still waiting with that entry
+                self._push(r, now_s)
+
+    def _forget(self, r: Request) -> None:
+        self.requests.pop(r.id, None)
+        self._heap_seq.pop(r.id, None)
+        self._order.pop(r.id, None)
+        self._running_keys.pop(r.id, None)
+        self.eviction_heap.discard(r.id)
+        self.memory.free(r.id)
+
+    def _apply_control(self, now_s: float) -> None:
+        while self._control:
+            kind, arg = self._control.popleft()
+            if kind == "cancel":
+                r = self.requests.get(arg)
+                if r is not None:
+                    r.stage = Stage.CANCELLED
+                    r.finish_s = now_s
+                    self._forget(r)
+                    self.running = [x for x in self.running if x is not r]
+                    self._cancelled_out.append(r)
+            elif kind == "reprioritise":
+                request_id, level = arg
+                r = self.requests.get(request_id)
+                if r is not None:
+                    r.level = level
+                    self._running_keys.pop(r.id, None)
+                    if r.id in self._heap_seq:
+                        self._push(r, now_s)
+            elif kind == "config":
+                self._reconfigure(arg, now_s)
+
+    def _reconfigure(self, config: SchedulerConfig, now_s: float) -> None:
+        self.config = config
+        self._tier_cache.clear()
+        self.memory.capacity_blocks = config.kv_capacity_blocks
+        self.memory.set_reservations(self._reserved_blocks(config))
+        self._running_keys.clear()
+        waiting = [e[3] for e in self.schedule_heap if self._heap_seq.get(e[3].id) == e[2]]
+        self.schedule_heap, self._heap_seq, self._rekey_events = [], {}, []
+        for r in waiting:  # O(n log n), once per administrator change
+            self._push(r, now_s)
+        # block_size changes apply to new allocations only; running requests keep their blocks.
+
+    @staticmethod
+    def _reserved_blocks(config: SchedulerConfig) -> dict[str, int]:
+        return {name: int(t.reserved_kv_fraction * config.kv_capacity_blocks) for name, t in config.tiers.items()}
+
+    # --- selection (Hua et al. Algorithms 2-3) ---------------------------------------------------------
+    def _fast_path(self) -> list[Request] | None:
+        """Keep the running batch when it is full, all decoding, and no waiting request beats its worst
+        (stale, hence not better than the true) key: O(b) with no key computation."""
+        running = self.running
+        if len(running) != self.config.batch_size or not self.preemptive:
+            return None if self.preemptive or len(running) < self.config.batch_size else list(running)
+        keys = self._running_keys
+        worst = None
+        for r in running:
+            k = keys.get(r.id)
+            if k is None:
+                return None
+            if worst is None or k > worst:
+                worst = k
+        top = self._peek()
+        if top is not None and top[0] < worst:
+            return None
+        return list(running)
+
+    def _select(self, now_s: float, decision: Decision) -> list[Request]:
+        """Top-b of (running + waiting) by key, stage-aware; O(b log n)."""
+        b = self.config.batch_size
+        order = self._order
+        pinned: list[Entry] = []
+        selected: list[Entry] = []  # sorted, best first
+        keys = self._running_keys
+        for r in self.running:
+            k = keys.get(r.id)
+            if k is None:
+                k = keys[r.id] = self.priority_key(r, now_s)
+            entry = (k, order[r.id], -1, r)
+            if self.preemptive and self.preemptible(r):
+                selected.append(entry)
+            else:
+                pinned.append(entry)
+        selected.sort(key=_entry_sort)
+        slots = b - len(pinned)
+        dropped: list[Entry] = []
+        while True:
+            top = self._peek()
+            if top is None:
+                break
+            if len(selected) < slots:
+                bisect.insort(selected, self._pop(), key=_entry_sort)
+            elif selected and _entry_sort(top) < _entry_sort(selected[-1]):
+                bisect.insort(selected, self._pop(), key=_entry_sort)
+                dropped.append(selected.pop())
+            else:
+                break
+        while len(selected) > max(0, slots):
+            dropped.append(selected.pop())
+        candidates = pinned + selected
+        if self.stage_aware and candidates:
+            best = min(candidates, key=_entry_sort)
+            if decode_ready(best[3]):
+                candidates = self._decode_batch(best, candidates, dropped)
+        for e in dropped:
+            if e[2] >= 0:  # popped from the heap this decision, key unchanged: put the entry back as it was
+                self._heap_seq[e[3].id] = e[2]
+                heapq.heappush(self.schedule_heap, e)
+            else:
+                self._return_to_queue(e[3], now_s, decision)
+        candidates.sort(key=_entry_sort)
+        for e in candidates:
+            self._running_keys[e[3].id] = e[0]
+        return [e[3] for e in candidates]
+
+    def _decode_batch(self, best: Entry, candidates: list[Entry], dropped: list[Entry]) -> list[Entry]:
+        """Hua et al. Algorithm 3, p* decoding: a less urgent prefill must not delay p*'s decode, so prefill
+        candidates go back to the queue. Two refinements (``config.stage_merge``):
+        - ``level`` (default): "less urgent" means a worse first key component (effective level): prefills of
+          p*'s own level still join; ``paper``: every prefill waits.
+        - the slots the prefills leave are offered to up to b further waiting requests that may join (paused
+          ones are decode-ready), so the batch does not drain while p* decodes. O(b log n)."""
+        same_level_joins = self.config.stage_merge == "level"
+        level = best[0][0]
+
+        def may_join(e: Entry) -> bool:
+            return decode_ready(e[3]) or (same_level_joins and e[0][0] <= level)
+
+        keep = []
+        for e in candidates:
+            (keep if may_join(e) else dropped).append(e)
+        scanned = 0
+        b = self.config.batch_size
+        budget = 2 * (b - len(keep))
+        while len(keep) < b and scanned < budget:
+            top = self._peek()
+            if top is None:
+                break
+            e = self._pop()
+            scanned += 1
+            (keep if may_join(e) else dropped).append(e)
+        return keep
+
+    def _return_to_queue(self, r: Request, now_s: float, decision: Decision) -> None:
+        """A request not selected: back into the schedule heap; a displaced running one is paused, its KV
+        stays resident (an eviction candidate)."""
+        if r.stage in (Stage.PREFILL, Stage.DECODE):
+            r.stage = Stage.WAITING
+            r.preemptions += 1
+            self.preemptions += 1
+            decision.paused.append(r)
+        self._running_keys.pop(r.id, None)
+        self._push(r, now_s)
+        if r.kv_tokens_on_device and r.id not in self.eviction_heap:
+            self.eviction_heap.push(r, self.priority_key(r, now_s))
+
+def _entry_sort(e: Entry) -> tuple:
+    return (e[0], e[1])

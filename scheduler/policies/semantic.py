@@ -1,0 +1,48 @@
+"""The semantic policy (Hua et al., Algorithms 1-5): key (effective level, predicted remaining seconds).
+
+With bounded aging on, overdue requests of a level go first in arrival order (see aging.py).
+
+Everything else (arrival buffer, schedule heap, top-b stage-aware selection, priority-based eviction,
+cache-or-recompute) is the shared machinery of ``base.BaseScheduler``; this class adds the key, bounded aging
+and preempt-on-arrival from the configuration.
+"""
+
+from __future__ import annotations
+
+from scheduler.policies.aging import effective_level, is_overdue, next_aging_event_s
+from scheduler.policies.base import BaseScheduler
+from scheduler.request import Request
+
+
+class SemanticScheduler(BaseScheduler):
+    name = "semantic"
+    stage_aware = True
+    running_keys_improve = True  # remaining time only shrinks, aging only improves the level
+
+    @property
+    def preemptive(self) -> bool:  # type: ignore[override]
+        return self.config.preempt_on_arrival
+
+    def effective_level(self, r: Request, now_s: float) -> int:
+        return effective_level(r.level, now_s - r.arrival_s, self.tier(r), self.config.aging_enabled)
+
+    def priority_key(self, r: Request, now_s: float) -> tuple:
+        """(effective level, 1, predicted remaining s); an overdue request (aging.py) is (level, 0, arrival)."""
+        waited = now_s - r.arrival_s
+        tier = self.tier(r)
+        enabled = self.config.aging_enabled
+        level = effective_level(r.level, waited, tier, enabled)
+        if enabled and is_overdue(r.level, waited, tier, enabled):
+            return (level, 0, r.arrival_s)
+        return (level, 1, self.remaining_s(r))
+
+    def advance_key(self, r: Request, key: tuple) -> tuple | None:
+        if key[1] == 0 or r.refined_remaining_tokens is not None:
+            return key  # overdue: ordered by arrival, unchanged by running
+        if r.predicted_output_tokens - r.generated_tokens <= 2:
+            return None  # at the predicted-length floor the estimate stops shrinking: recompute
+        cost = self.cost
+        return (key[0], 1, key[2] - cost.gamma1 * (r.prompt_tokens + r.generated_tokens) - cost.gamma2)
+
+    def next_rekey_s(self, r: Request, now_s: float) -> float | None:
+        return next_aging_event_s(r.level, r.arrival_s, now_s, self.tier(r), self.config.aging_enabled)

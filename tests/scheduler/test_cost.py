@@ -1,0 +1,74 @@
+import pytest
+
+from scheduler.cost import (
+    PRESETS,
+    QWEN15_4B,
+    QWEN15_7B,
+    CostModel,
+    OnlineCorrection,
+    fit_cost_model,
+    keep_or_recompute,
+    optimal_decoded_tokens_to_keep,
+)
+
+C = CostModel(alpha1=1e-6, alpha2=1e-4, gamma1=1e-5, gamma2=1e-3, beta_s_per_token=3e-4)
+
+
+def test_keep_prefilled_cache_only_when_reloading_is_cheaper_than_recomputing():
+    # beta = 3e-4 < alpha1*n + alpha2 = 1e-6*n + 1e-4  <=>  n > 200
+    assert not keep_or_recompute(200, C)
+    assert keep_or_recompute(201, C)
+    assert not keep_or_recompute(0, C)
+
+
+def test_optimal_decoded_tokens_to_keep_matches_the_hand_computed_m_star():
+    # m* = (beta - g1*n - (g1 + 2*g2)/2) / (2*g1) = (3e-4 - 1e-5*n - 1.005e-3) / 2e-5  -> negative: 0
+    assert optimal_decoded_tokens_to_keep(10, C) == 0.0
+    big_beta = CostModel(alpha1=0, alpha2=0, gamma1=1e-5, gamma2=1e-3, beta_s_per_token=5e-3)
+    # (5e-3 - 1e-5*100 - 1.005e-3) / 2e-5 = 2.995e-3 / 2e-5 = 149.75
+    assert optimal_decoded_tokens_to_keep(100, big_beta) == pytest.approx(149.75)
+
+
+def test_presets_kv_capacity_follows_memory_minus_weights_over_bytes_per_token():
+    assert QWEN15_4B.kv_bytes_per_token == 40 * 2 * 20 * 128 * 2 == 409_600
+    assert QWEN15_7B.kv_bytes_per_token == 32 * 2 * 32 * 128 * 2 == 524_288
+    gib = 1024**3
+    assert PRESETS["a100-7b"].kv_capacity_tokens == int((40 * gib * 0.9 - 7.72e9 * 2 - 2 * gib) // 524_288)
+    # the 7B model leaves less room for KV than the 4B one, and the A5000 least of all
+    assert PRESETS["a5000-7b"].kv_capacity_tokens < PRESETS["a100-7b"].kv_capacity_tokens < PRESETS["a100-4b"].kv_capacity_tokens
+
+
+def test_least_squares_fit_recovers_the_coefficients_that_generated_the_samples():
+    truth = CostModel(alpha1=3e-8, alpha2=1.5e-4, gamma1=2e-7, gamma2=0.025, beta_s_per_token=1e-4,
+                      iteration_overhead_s=0.002)
+    prefill = [(lens, sum(truth.prefill_s(n) for n in lens) + truth.iteration_overhead_s)
+               for lens in ([100], [400, 20], [250, 250, 250], [499], [10, 30, 70, 300])]
+    decode = [(ctx, truth.decode_step_s(sum(ctx)) + truth.iteration_overhead_s)
+              for ctx in ([100] * 4, [500] * 16, [900, 30], [300] * 64)]
+    swap = [(t, truth.swap_s(t)) for t in (16, 160, 1600)]
+    fitted = fit_cost_model(prefill, decode, swap)
+    for name in ("alpha1", "alpha2", "gamma1", "gamma2", "beta_s_per_token", "iteration_overhead_s"):
+        assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6, abs=1e-12)
+
+
+def test_online_correction_converges_to_the_measured_over_predicted_ratio():
+    corr = OnlineCorrection(momentum=0.8)
+    for _ in range(60):
+        corr.update(measured_s=1.5, predicted_s=1.0)
+    assert corr.factor == pytest.approx(1.5, rel=1e-3)
+    assert corr.apply(C).gamma2 == pytest.approx(1.5e-3, rel=1e-3)
+    assert OnlineCorrection.from_dict(corr.to_dict()).factor == corr.factor
+
+
+def test_cost_model_round_trips_through_json_dict():
+    for preset in PRESETS.values():
+        assert CostModel.from_dict(preset.to_dict()) == preset
+
+
+def test_remaining_time_counts_reload_prefill_and_decode_still_owed():
+    fresh = C.remaining_s(context_tokens=100, device_tokens=0, host_tokens=0, generated_tokens=0,
+                          remaining_output_tokens=3)
+    assert fresh == pytest.approx(C.prefill_s(100) + C.decode_s(2, 100))
+    swapped = C.remaining_s(context_tokens=100, device_tokens=0, host_tokens=99, generated_tokens=5,
+                            remaining_output_tokens=3)
+    assert swapped == pytest.approx(C.swap_s(99) + C.decode_s(3, 100))
