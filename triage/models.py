@@ -74,9 +74,12 @@ class ApiClient(models.Model):
     ALL_SCOPES = (SCOPE_WRITE, SCOPE_READ)
 
     name = models.CharField(max_length=100, unique=True)
-    token_prefix = models.CharField(max_length=12, db_index=True, editable=False)
+    token_prefix = models.CharField(max_length=12, unique=True, editable=False)
     token_hash = models.CharField(max_length=128, editable=False)
     scopes = models.JSONField(default=list)
+    throttle_rate = models.CharField(
+        max_length=20, blank=True, help_text='Requests per period, e.g. "600/min"; empty: the default intake rate'
+    )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     rotated_at = models.DateTimeField(null=True, blank=True)

@@ -65,8 +65,20 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-    DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
+    DATABASES["default"]["OPTIONS"] = {
+        "timeout": 20,
+        "transaction_mode": "IMMEDIATE",
+        # web, Celery and the inference worker share the file: WAL lets readers run beside a writer
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+    }
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+# Under ASGI every request runs its sync code in a fresh thread, so per-thread persistent connections pile
+# up (PostgreSQL: "too many clients"). The web process uses a psycopg pool instead (DATABASE_POOL_MAX > 0).
+if DATABASES["default"]["ENGINE"].endswith("postgresql") and int(os.environ.get("DATABASE_POOL_MAX", "0")) > 0:
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 2, "max_size": int(os.environ["DATABASE_POOL_MAX"]), "timeout": 10,
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -91,15 +103,17 @@ REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-
+        # Bearer first: a request without credentials gets 401 + WWW-Authenticate, not 403.
+        "triage.api.authentication.ApiClientTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
+    "DEFAULT_PARSER_CLASSES": ["triage.api.parsers.LimitedJSONParser"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_THROTTLE_RATES": {"intake": os.environ.get("TRIAGE_INTAKE_RATE", "6000/min")},
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.CursorPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-
+    "EXCEPTION_HANDLER": "triage.api.exception_handler.api_exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {
@@ -107,6 +121,8 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Emergency calls in; ESI triage, queue state and dispatcher guidance out.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
+    "SERVE_AUTHENTICATION": [],
     "COMPONENT_SPLIT_REQUEST": True,
 }
 
@@ -134,6 +150,11 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
+# Intake sends the triage task on commit: fail fast when the broker is away (the sweep re-sends), never
+# hold an HTTP response for seconds of reconnect attempts.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.1, "interval_max": 0.1}
+CELERY_BROKER_CONNECTION_TIMEOUT = float(os.environ.get("CELERY_BROKER_CONNECTION_TIMEOUT", "1"))
+CELERY_TASK_ROUTES = {"triage.tasks.*": {"queue": "triage"}}
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_BEAT_SCHEDULE = {
     "sweep-stuck-calls": {
@@ -152,6 +173,11 @@ TRIAGE = {
     "CONTROL_CHANNEL": os.environ.get("TRIAGE_CONTROL_CHANNEL", "triage:control"),
     "SWEEP_STUCK_AFTER_S": float(os.environ.get("TRIAGE_SWEEP_STUCK_AFTER_S", "30")),
     "PREDICTORS_DIR": Path(os.environ.get("TRIAGE_PREDICTORS_DIR", MODELS_DIR / "predictors")),
+    # Dotted path of `load(path=None) -> TriagePredictor` used by the Celery triage task.
+    "PREDICTOR_LOADER": os.environ.get("TRIAGE_PREDICTOR_LOADER", "inference.predictors.load_triage_predictor"),
+    "SWEEP_BATCH_MAX": int(os.environ.get("TRIAGE_SWEEP_BATCH_MAX", "500")),
+    # How long a web process may trust a token it has verified (rotation/deactivation delay, in seconds).
+    "API_TOKEN_CACHE_S": float(os.environ.get("TRIAGE_API_TOKEN_CACHE_S", "5")),
     "INFERENCE_BACKEND": os.environ.get("INFERENCE_BACKEND", "hf"),
     "INFERENCE_MODEL": os.environ.get("INFERENCE_MODEL", str(MODELS_DIR / "guidance-llm")),
     "INFERENCE_DEVICE": os.environ.get("INFERENCE_DEVICE", "cpu"),

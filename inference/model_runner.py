@@ -1,0 +1,178 @@
+"""Runs the model on a batch of requests, each with its own KV cache: prepares inputs, runs one forward pass.
+
+One forward pass serves prefill and decode alike: each request feeds the tokens whose KV it lacks (its
+prompt, a dropped tail, or just its newest token) and gets the next token back. Rows are aligned by left
+padding: the past caches are right-aligned in a padded batch cache, the new tokens right-aligned after them,
+so each row's last position is its newest token. A 2-D attention mask hides the padding (holes in the middle
+are fine), and explicit position ids give every row its own positions, so a request's output does not depend
+on its batch mates.
+
+The running batch's cache stays batched across iterations while its membership is unchanged (the common
+decode case); when a request leaves, its compact cache goes back to the KV store; when one joins, the batch
+cache is rebuilt. The runner knows nothing about priorities: the engine tells it what to run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from inference.kv_store import KVStore
+
+
+@dataclass
+class RowInput:
+    request_id: str
+    new_token_ids: list[int]  # the tokens whose KV this request lacks, oldest first (at least one)
+
+
+@dataclass
+class RowOutput:
+    request_id: str
+    next_token_id: int
+    hidden: torch.Tensor | None = None  # the probe layer's hidden state at the last position
+
+
+class ModelRunner:
+    def __init__(self, model: torch.nn.Module, store: KVStore, pad_token_id: int, probe_layer: int | None = None):
+        self.model = model
+        self.store = store
+        self.pad_token_id = pad_token_id
+        self.probe_layer = probe_layer
+        param = next(model.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        # The running batch: row order, its batched cache ([layers][2] tensors [B, H, T, D]) and mask [B, T].
+        self._ids: list[str] = []
+        self._layers: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._mask: torch.Tensor | None = None
+
+    # --- the batch's membership ----------------------------------------------------------------------
+    @property
+    def batch_ids(self) -> list[str]:
+        return list(self._ids)
+
+    def cached_tokens(self, request_id: str) -> int:
+        """KV tokens a request has, in the running batch or in the store."""
+        if request_id in self._ids:
+            return int(self._mask[self._ids.index(request_id)].sum())
+        return self.store.tokens(request_id)
+
+    def release(self, request_ids: Sequence[str]) -> None:
+        """Move these requests' caches out of the running batch into the store (on the device)."""
+        leaving = [rid for rid in request_ids if rid in self._ids]
+        if not leaving:
+            return
+        for rid in leaving:
+            row = self._ids.index(rid)
+            keep = self._mask[row].bool()
+            kv = torch.stack([torch.stack([k[row][:, keep], v[row][:, keep]]) for k, v in self._layers])
+            self.store.put(rid, kv)
+        self._keep_rows([i for i, rid in enumerate(self._ids) if rid not in leaving])
+
+    def discard(self, request_ids: Sequence[str]) -> None:
+        """Forget these requests' caches entirely (finished or cancelled)."""
+        rows = [i for i, rid in enumerate(self._ids) if rid not in set(request_ids)]
+        if len(rows) != len(self._ids):
+            self._keep_rows(rows)
+        for rid in request_ids:
+            self.store.free(rid)
+
+    def _keep_rows(self, rows: list[int]) -> None:
+        if not rows:
+            self._ids, self._layers, self._mask = [], [], None
+            return
+        index = torch.tensor(rows, device=self.device)
+        mask = self._mask.index_select(0, index)
+        # Columns that are padding in every remaining row are dead weight: trim them from the left.
+        first_live = int(mask.any(0).nonzero()[0]) if mask.any() else mask.shape[1]
+        self._ids = [self._ids[i] for i in rows]
+        self._mask = mask[:, first_live:]
+        self._layers = [
+            (k.index_select(0, index)[:, :, first_live:], v.index_select(0, index)[:, :, first_live:])
+            for k, v in self._layers
+        ]
+
+    def _assemble(self, request_ids: list[str]) -> None:
+        """Make the running batch exactly `request_ids`, in that order."""
+        if request_ids == self._ids:
+            return
+        if set(request_ids) <= set(self._ids):
+            self.release([rid for rid in self._ids if rid not in request_ids])
+            if request_ids == self._ids:
+                return
+        self.release(self._ids)
+        caches = [self.store.take(rid) for rid in request_ids]
+        lengths = [0 if kv is None else int(kv.shape[3]) for kv in caches]
+        width = max(lengths)
+        cfg = self.model.config
+        n_layers = cfg.num_hidden_layers
+        heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        buf = torch.zeros(
+            (n_layers, 2, len(request_ids), heads, width, head_dim), dtype=self.dtype, device=self.device
+        )
+        mask = torch.zeros((len(request_ids), width), dtype=torch.long, device=self.device)
+        for row, (kv, length) in enumerate(zip(caches, lengths, strict=True)):
+            if length:
+                buf[:, :, row, :, width - length :] = kv
+                mask[row, width - length :] = 1
+        self._ids = list(request_ids)
+        self._mask = mask
+        self._layers = [(buf[layer, 0], buf[layer, 1]) for layer in range(n_layers)]
+
+    # --- one forward pass ------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def step(self, rows: Sequence[RowInput]) -> list[RowOutput]:
+        """Feed each row its new tokens on top of its cache; return each row's greedy next token."""
+        ids = [r.request_id for r in rows]
+        self._assemble(ids)
+        past_mask = self._mask
+        batch, past_width = past_mask.shape
+        new_width = max(len(r.new_token_ids) for r in rows)
+
+        input_ids = torch.full((batch, new_width), self.pad_token_id, dtype=torch.long)
+        new_mask = torch.zeros((batch, new_width), dtype=torch.long)
+        positions = torch.zeros((batch, new_width), dtype=torch.long)
+        past_lengths = past_mask.sum(1).tolist()
+        for i, r in enumerate(rows):
+            n = len(r.new_token_ids)
+            input_ids[i, new_width - n :] = torch.tensor(r.new_token_ids)
+            new_mask[i, new_width - n :] = 1
+            positions[i, new_width - n :] = torch.arange(past_lengths[i], past_lengths[i] + n)
+        new_mask = new_mask.to(self.device)
+        attention_mask = torch.cat([past_mask, new_mask], dim=1)
+        cache = DynamicCache(ddp_cache_data=self._layers) if past_width else DynamicCache()
+
+        out = self.model(
+            input_ids=input_ids.to(self.device),
+            attention_mask=attention_mask,
+            position_ids=positions.to(self.device),
+            past_key_values=cache,
+            cache_position=torch.arange(past_width, past_width + new_width, device=self.device),
+            use_cache=True,
+            logits_to_keep=1,
+            output_hidden_states=self.probe_layer is not None,
+        )
+        next_ids = out.logits[:, -1, :].argmax(-1).tolist()
+        layers = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        if new_width > 1 and not bool(new_mask.all()):
+            # Padded query positions may hold garbage (even NaN, from fully masked rows); zero their KV so that
+            # a later `0 * garbage` in attention cannot poison the row.
+            pad_cols = (new_mask == 0)[:, None, :, None]
+            layers = [
+                (
+                    torch.cat([k[:, :, :past_width], k[:, :, past_width:].masked_fill(pad_cols, 0)], dim=2),
+                    torch.cat([v[:, :, :past_width], v[:, :, past_width:].masked_fill(pad_cols, 0)], dim=2),
+                )
+                for k, v in layers
+            ]
+        self._layers = layers
+        self._mask = attention_mask
+        hidden = out.hidden_states[self.probe_layer][:, -1, :] if self.probe_layer is not None else None
+        return [
+            RowOutput(r.request_id, int(next_ids[i]), None if hidden is None else hidden[i])
+            for i, r in enumerate(rows)
+        ]

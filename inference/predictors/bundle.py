@@ -1,0 +1,79 @@
+"""The trained bundle on disk: ``predictors.json`` (manifest) + ``heads.safetensors`` (both heads' weights).
+
+The encoder is not copied: the manifest names it (a path or hub id, or the bundled MiniLM package).
+The version is a content hash, so the same training run always yields the same version string.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from safetensors.torch import load_file, save_file
+
+MANIFEST_NAME = "predictors.json"
+WEIGHTS_NAME = "heads.safetensors"
+FORMAT = 1
+
+
+def _prefixed(prefix: str, state: dict[str, Any]) -> dict[str, Any]:
+    return {f"{prefix}.{k}": v.detach().contiguous() for k, v in state.items()}
+
+
+def _unprefixed(prefix: str, tensors: dict[str, Any]) -> dict[str, Any]:
+    return {k[len(prefix) + 1 :]: v for k, v in tensors.items() if k.startswith(prefix + ".")}
+
+
+def write_bundle(directory: Path, *, esi: Any, length: Any, manifest: dict[str, Any]) -> str:
+    """Write both heads and the manifest; returns the bundle version."""
+    directory.mkdir(parents=True, exist_ok=True)
+    weights = directory / WEIGHTS_NAME
+    save_file({**_prefixed("esi", esi.head.state_dict()), **_prefixed("length", length.head.state_dict())}, weights)
+    manifest = {
+        **manifest,
+        "format": FORMAT,
+        "weights": WEIGHTS_NAME,
+        "esi": {**manifest["esi"], "thresholds": list(esi.thresholds)},
+        "length": {
+            **manifest["length"],
+            "log_mean": length.log_mean,
+            "log_std": length.log_std,
+            "max_tokens": length.max_tokens,
+        },
+    }
+    digest = hashlib.sha256(weights.read_bytes())
+    digest.update(json.dumps(manifest, sort_keys=True).encode())
+    manifest["version"] = f"minilm-heads-{digest.hexdigest()[:12]}"
+    (directory / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest["version"]
+
+
+def read_manifest(directory: Path) -> dict[str, Any]:
+    return json.loads((directory / MANIFEST_NAME).read_text())
+
+
+def read_bundle(directory: Path):  # -> TriagePredictor (import cycle kept out of the signature)
+    from . import TriagePredictor
+    from .embedding import SentenceEncoder
+    from .esi import EsiClassifier, EsiHead, input_dim
+    from .length import LengthHead, LengthPredictor
+
+    manifest = read_manifest(directory)
+    if manifest.get("format") != FORMAT:
+        raise ValueError(f"{directory / MANIFEST_NAME}: unsupported bundle format {manifest.get('format')!r}")
+    tensors = load_file(str(directory / manifest["weights"]))
+    encoder = SentenceEncoder(manifest["encoder"], max_length=manifest["max_length"])
+    esi_cfg, len_cfg = manifest["esi"], manifest["length"]
+    feature_dim = manifest["call_feature_dim"]
+    esi_head = EsiHead(input_dim(feature_dim), esi_cfg["hidden"], esi_cfg["dropout"])
+    esi_head.load_state_dict(_unprefixed("esi", tensors))
+    length_head = LengthHead(feature_dim, len_cfg["hidden"], len_cfg["dropout"])
+    length_head.load_state_dict(_unprefixed("length", tensors))
+    return TriagePredictor(
+        encoder=encoder,
+        esi=EsiClassifier(esi_head.eval(), tuple(esi_cfg["thresholds"])),
+        length=LengthPredictor(length_head.eval(), len_cfg["log_mean"], len_cfg["log_std"], len_cfg["max_tokens"]),
+        version=manifest["version"],
+    )

@@ -1,0 +1,90 @@
+"""Seeded fitting of the two heads and tuning of the ESI decision thresholds."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from .esi import N_LEVELS, EsiHead, apply_danger_zone_rule, decide_levels
+from .evaluation import esi_metrics, objective
+from .length import LengthHead
+
+THRESHOLD_GRID = tuple(round(0.1 + 0.05 * i, 2) for i in range(12))  # 0.10 .. 0.65
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    hidden: int
+    dropout: float
+    epochs: int
+    lr: float
+    weight_decay: float
+    batch_size: int
+
+
+def _batches(n: int, batch_size: int, generator: torch.Generator):
+    order = torch.randperm(n, generator=generator)
+    for start in range(0, n, batch_size):
+        yield order[start : start + batch_size]
+
+
+def _fit(model: nn.Module, loss_fn, x: torch.Tensor, y: torch.Tensor, cfg: HeadConfig, seed: int) -> nn.Module:
+    generator = torch.Generator().manual_seed(seed)
+    optimiser = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, T_max=cfg.epochs)
+    model.train()
+    for _ in range(cfg.epochs):
+        for idx in _batches(len(x), cfg.batch_size, generator):
+            optimiser.zero_grad()
+            loss_fn(model(x[idx]), y[idx]).backward()
+            optimiser.step()
+        schedule.step()
+    return model.eval()
+
+
+def class_weights(labels: torch.Tensor) -> torch.Tensor:
+    """Balanced weights (n / (k * count)) so rarer levels count as much as common ones."""
+    counts = torch.bincount(labels, minlength=N_LEVELS).clamp(min=1).float()
+    return counts.sum() / (N_LEVELS * counts)
+
+
+def fit_esi_head(x: torch.Tensor, esi: torch.Tensor, cfg: HeadConfig, seed: int) -> EsiHead:
+    """``esi`` holds levels 1-5; the head predicts logits over 5 classes."""
+    torch.manual_seed(seed)
+    labels = esi - 1
+    model = EsiHead(x.shape[1], cfg.hidden, cfg.dropout)
+    loss = nn.CrossEntropyLoss(weight=class_weights(labels), label_smoothing=0.05)
+    return _fit(model, loss, x, labels, cfg, seed)  # type: ignore[return-value]
+
+
+def fit_length_head(x: torch.Tensor, standardised_log_tokens: torch.Tensor, cfg: HeadConfig, seed: int) -> LengthHead:
+    torch.manual_seed(seed)
+    model = LengthHead(x.shape[1], cfg.hidden, cfg.dropout)
+    return _fit(model, nn.SmoothL1Loss(), x, standardised_log_tokens, cfg, seed)  # type: ignore[return-value]
+
+
+def tune_thresholds(
+    probabilities: torch.Tensor, true: Sequence[int], transcripts: Sequence[str], rounds: int = 3
+) -> tuple[float, ...]:
+    """Coordinate ascent over the 4 cumulative thresholds, maximising ``evaluation.objective`` of the
+    full decision (thresholds, then the danger-zone rule). Starts at 0.5 (the median level); ties keep
+    the lower (more urgent) threshold.
+    """
+    thresholds = [0.5] * (N_LEVELS - 1)
+
+    def score(candidate: Sequence[float]) -> float:
+        levels = apply_danger_zone_rule(decide_levels(probabilities, candidate).tolist(), transcripts)
+        return objective(esi_metrics(true, levels))
+
+    best = score(thresholds)
+    for _, k in itertools.product(range(rounds), range(N_LEVELS - 1)):
+        for value in THRESHOLD_GRID:
+            candidate = [*thresholds[:k], value, *thresholds[k + 1 :]]
+            s = score(candidate)
+            if s > best + 1e-12 or (abs(s - best) <= 1e-12 and value < thresholds[k]):
+                best, thresholds = s, candidate
+    return tuple(thresholds)

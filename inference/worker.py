@@ -1,0 +1,385 @@
+"""The inference worker process: Redis stream in, engine loop, tokens and state out.
+
+Threads:
+- intake: reads the inference stream through the consumer group (after first reclaiming entries left
+  pending by a dead worker) into the scheduler's arrival buffer (`engine.add_request`, O(1));
+- control: Redis pub/sub `triage:control`: config reloads, re-prioritisation, cancellation;
+- metrics: a Prometheus text endpoint (optional);
+- main: the engine loop. After every iteration it buffers state changes and tokens; every `flush_interval_s`
+  it publishes tokens, persists transitions and results in one transaction, and only then acknowledges the
+  stream entries of the calls whose result is stored.
+
+SIGTERM: stop reading, finish what was admitted (drain), flush, exit. Anything unfinished stays pending in
+the stream and is reclaimed by the next worker: no call is lost, none is stored twice (a reclaimed entry
+whose call is already final is acknowledged without generating).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import redis
+from django.db import close_old_connections, connection
+
+from inference.engine import Engine, StepResult
+from scheduler.decision import PreemptionMode
+from triage import realtime
+from triage.models import CallStatus
+from triage.services import generation
+
+log = logging.getLogger("inference.worker")
+
+
+@dataclass
+class WorkerOptions:
+    stream: str
+    group: str
+    consumer: str
+    control_channel: str
+    flush_interval_s: float = 0.1
+    metrics_interval_s: float = 0.5
+    claim_idle_ms: int = 30_000
+    read_count: int = 64
+    drain_timeout_s: float = 120.0
+    metrics_port: int | None = None
+
+
+@dataclass
+class _Pending:
+    progress: dict[int, generation.CallProgress] = field(default_factory=dict)
+    tokens: list[tuple[int, int, str]] = field(default_factory=list)
+    done: list[tuple[int, str]] = field(default_factory=list)  # (call id, final status) for token streams
+
+    def of(self, call_id: int) -> generation.CallProgress:
+        p = self.progress.get(call_id)
+        if p is None:
+            p = self.progress[call_id] = generation.CallProgress(call_id)
+        return p
+
+
+class InferenceWorker:
+    def __init__(self, engine: Engine, client: redis.Redis, options: WorkerOptions) -> None:
+        self.engine = engine
+        self.redis = client
+        self.opts = options
+        self.stopping = threading.Event()  # stop reading the stream; drain
+        self.stopped = threading.Event()
+        self.reload_config = threading.Event()
+        self._wake = threading.Event()
+        self._entries: dict[int, list[str]] = defaultdict(list)  # call id -> stream entry ids to acknowledge
+        self._entries_lock = threading.Lock()
+        self._pending = _Pending()
+        self._last_flush = 0.0
+        self._last_metrics = 0.0
+        self._started_at = time.time()
+        self._tokens_window: list[tuple[float, int]] = []
+        self.stats: Counter[str] = Counter()
+        self._threads: list[threading.Thread] = []
+        self._http: ThreadingHTTPServer | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------------------------
+    def ensure_group(self) -> None:
+        try:
+            self.redis.xgroup_create(self.opts.stream, self.opts.group, id="0", mkstream=True)
+        except redis.ResponseError as exc:
+            if "BUSYGROUP" not in str(exc):
+                raise
+
+    def start(self) -> None:
+        self.ensure_group()
+        self.reclaim()
+        for target, name in ((self._intake_loop, "intake"), (self._control_loop, "control")):
+            t = threading.Thread(target=target, name=f"inference-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+        if self.opts.metrics_port is not None:
+            self._start_metrics_server(self.opts.metrics_port)
+
+    def request_stop(self) -> None:
+        """SIGTERM: stop taking new calls; the main loop drains what it has and returns."""
+        self.stopping.set()
+        self._wake.set()
+
+    def run(self) -> None:
+        """The engine loop; returns after request_stop() once drained (or the drain timeout)."""
+        drain_deadline = None
+        while True:
+            if self.stopping.is_set():
+                drain_deadline = drain_deadline or time.monotonic() + self.opts.drain_timeout_s
+                if not self.engine.has_work() or time.monotonic() > drain_deadline:
+                    break
+            if self.reload_config.is_set():
+                self.reload_config.clear()
+                self._apply_config()
+            if self.engine.has_work():
+                self._record(self.engine.step())
+            else:
+                self._wake.wait(0.05)
+                self._wake.clear()
+            self._maybe_flush()
+        self._maybe_flush(force=True)
+        connection.close()
+        self.stopped.set()
+        if self._http is not None:
+            self._http.shutdown()
+
+    # --- intake -------------------------------------------------------------------------------------------
+    def reclaim(self) -> int:
+        """Take over entries pending on this consumer (a restart) and, after `claim_idle_ms`, on dead ones."""
+        claimed = 0
+        own = self.redis.xreadgroup(self.opts.group, self.opts.consumer, {self.opts.stream: "0"}, count=10_000)
+        for _, entries in own or []:
+            claimed += self._admit(entries)
+        start = "0-0"
+        while True:
+            reply = self.redis.xautoclaim(
+                self.opts.stream, self.opts.group, self.opts.consumer, self.opts.claim_idle_ms, start_id=start,
+                count=500,
+            )
+            start, entries = reply[0], reply[1]
+            claimed += self._admit(entries)
+            if not entries or start in (b"0-0", "0-0"):
+                break
+        if claimed:
+            log.info("reclaimed %d pending stream entries", claimed)
+        return claimed
+
+    def _intake_loop(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                reply = self.redis.xreadgroup(
+                    self.opts.group, self.opts.consumer, {self.opts.stream: ">"}, count=self.opts.read_count,
+                    block=500,
+                )
+            except redis.RedisError:
+                log.warning("stream read failed; retrying", exc_info=True)
+                time.sleep(1.0)
+                continue
+            for _, entries in reply or []:
+                self._admit(entries)
+        connection.close()  # this thread's own database connection
+
+    def _admit(self, entries: list) -> int:
+        """Hand stream entries to the engine; entries of calls already final are acknowledged at once."""
+        parsed = []
+        for entry_id, raw in entries:
+            if not raw:
+                continue  # deleted entry
+            fields = {_s(k): _s(v) for k, v in raw.items()}
+            parsed.append((_s(entry_id), fields))
+        if not parsed:
+            return 0
+        close_old_connections()
+        final = generation.calls_final_ids(call_ids=[int(f["call_id"]) for _, f in parsed])
+        admitted = 0
+        for entry_id, f in parsed:
+            call_id = int(f["call_id"])
+            if call_id in final:
+                self.redis.xack(self.opts.stream, self.opts.group, entry_id)
+                continue
+            with self._entries_lock:
+                known = call_id in self._entries
+                self._entries[call_id].append(entry_id)
+            if known:
+                continue  # a duplicate entry for a call already in the engine: acknowledged with it
+            self.engine.add_request(
+                str(call_id), f["prompt"], level=int(f.get("level") or 3), tier=f.get("tier") or None,
+                predicted_output_tokens=int(float(f.get("predicted_output_tokens") or 64)),
+                arrival_s=float(f.get("enqueued_at") or time.time()),
+            )
+            admitted += 1
+        self._wake.set()
+        return admitted
+
+    # --- control ------------------------------------------------------------------------------------------
+    def _control_loop(self) -> None:
+        pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
+        pubsub.subscribe(self.opts.control_channel)
+        while not self.stopped.is_set():
+            try:
+                message = pubsub.get_message(timeout=0.5)
+            except redis.RedisError:
+                time.sleep(1.0)
+                continue
+            if message is None:
+                continue
+            try:
+                self.handle_control(json.loads(_s(message["data"])))
+            except (ValueError, KeyError, TypeError):
+                log.warning("bad control message: %r", message.get("data"))
+        pubsub.close()
+
+    def handle_control(self, message: dict) -> None:
+        kind = message.get("kind")
+        if kind == "config":
+            self.reload_config.set()
+        elif kind == "reprioritise":
+            self.engine.reprioritise(str(int(message["call_id"])), int(message["level"]))
+        elif kind == "cancel":
+            self.engine.cancel(str(int(message["call_id"])))
+        self._wake.set()
+
+    def _apply_config(self) -> None:
+        update = getattr(self.engine.scheduler, "update_config", None)
+        if update is None:
+            return
+        close_old_connections()
+        config = generation.scheduler_config_load(base=getattr(self.engine.scheduler, "config", None))
+        update(config)
+        log.info("scheduler configuration reloaded: policy=%s batch_size=%d", config.policy, config.batch_size)
+
+    # --- after each iteration -------------------------------------------------------------------------------
+    def _record(self, result: StepResult) -> None:
+        pending = self._pending
+        for rid, mode, kept in result.preempted:
+            pending.of(int(rid)).move(CallStatus.PREEMPTED, mode=str(mode), kept_tokens=kept)
+            self.stats[f"preemptions_{mode}"] += 1
+        for rid in result.paused_ids:
+            pending.of(int(rid)).move(CallStatus.PREEMPTED, mode="paused")
+            self.stats["preemptions_paused"] += 1
+        for t in result.tokens:
+            call_id = int(t.request_id)
+            if t.index == 0 and result.stage is not None:
+                pending.of(call_id).move(CallStatus.PREFILLING)
+            pending.of(call_id).move(CallStatus.DECODING)
+            pending.tokens.append((call_id, t.index, t.text))
+        for f in result.finished:
+            call_id = int(f.request_id)
+            if f.reason == "cancelled":
+                pending.done.append((call_id, "cancelled"))
+                pending.of(call_id)  # nothing to store; acknowledged with the flush
+                continue
+            p = pending.of(call_id)
+            p.guidance, p.output_tokens = f.text.strip(), f.output_tokens
+            p.move(CallStatus.DONE, output_tokens=f.output_tokens, reason=f.reason)
+            pending.done.append((call_id, "done"))
+        now = time.time()
+        self._tokens_window.append((now, len(result.tokens)))
+        self.stats["tokens"] += len(result.tokens)
+        self.stats["iterations"] += 1
+
+    def _maybe_flush(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_flush < self.opts.flush_interval_s:
+            return
+        self._last_flush = now
+        pending, self._pending = self._pending, _Pending()
+        try:
+            realtime.publish_tokens(pending.tokens)
+        except redis.RedisError:
+            log.warning("token publish failed (%d tokens)", len(pending.tokens), exc_info=True)
+        if pending.progress:
+            close_old_connections()
+            stored = generation.calls_generation_record(progress=pending.progress.values())
+            self._acknowledge(stored)
+        for call_id, status in pending.done:
+            try:
+                realtime.publish_call_done(call_id, status)
+            except redis.RedisError:
+                log.warning("done publish failed for call %s", call_id, exc_info=True)
+        if force or now - self._last_metrics >= self.opts.metrics_interval_s:
+            self._last_metrics = now
+            self._publish_metrics()
+
+    def _acknowledge(self, call_ids: list[int]) -> None:
+        ids = []
+        with self._entries_lock:
+            for call_id in call_ids:
+                if str(call_id) in self.engine.sequences:
+                    continue  # still generating (e.g. a transition of a running call); not done yet
+                ids.extend(self._entries.pop(call_id, []))
+        if ids:
+            self.redis.xack(self.opts.stream, self.opts.group, *ids)
+            self.stats["acknowledged"] += len(ids)
+
+    # --- metrics --------------------------------------------------------------------------------------------
+    def metrics(self) -> dict:
+        now = time.time()
+        self._tokens_window = [(t, n) for t, n in self._tokens_window if now - t <= 5.0]
+        span = max(1e-6, min(5.0, now - self._started_at))
+        scheduler = self.engine.scheduler
+        memory = getattr(scheduler, "memory", None)
+        used = getattr(memory, "used_blocks", 0)
+        capacity = getattr(memory, "capacity_blocks", 0) or 1
+        running = set(self.engine.runner.batch_ids)
+        depth: Counter[int] = Counter()
+        for seq in list(self.engine.sequences.values()):
+            if seq.request.id not in running:
+                depth[seq.request.level] += 1
+        return {
+            "tokens_per_s": round(sum(n for _, n in self._tokens_window) / span, 1),
+            "running": len(running),
+            "waiting": sum(depth.values()),
+            "queue_depth_by_esi": {str(level): depth.get(level, 0) for level in range(1, 6)},
+            "kv_used_blocks": used,
+            "kv_capacity_blocks": capacity,
+            "kv_use": round(used / capacity, 4),
+            "kv_tokens_device": self.engine.kv_tokens_on_device(),
+            "kv_tokens_host": self.engine.store.host_tokens(),
+            "preemptions": {m: self.stats.get(f"preemptions_{m}", 0) for m in ("swap", "drop", "partial", "paused")},
+            "preemptions_total": sum(self.stats.get(f"preemptions_{m}", 0) for m in ("swap", "drop", "partial", "paused")),
+            "tokens_total": self.stats["tokens"],
+            "iterations_total": self.stats["iterations"],
+            "updated_at": round(now, 3),
+        }
+
+    def _publish_metrics(self) -> None:
+        m = self.metrics()
+        fields = {k: v for k, v in m.items() if not isinstance(v, dict)}
+        try:
+            self.redis.hset(realtime.ENGINE_METRICS_KEY, mapping=fields)
+        except redis.RedisError:
+            log.debug("engine metrics not published", exc_info=True)
+
+    def prometheus_text(self) -> str:
+        m = self.metrics()
+        lines = [
+            "# TYPE triage_inference_queue_depth gauge",
+            *(f'triage_inference_queue_depth{{esi="{k}"}} {v}' for k, v in m["queue_depth_by_esi"].items()),
+            "# TYPE triage_inference_preemptions_total counter",
+            *(f'triage_inference_preemptions_total{{mode="{k}"}} {v}' for k, v in m["preemptions"].items()),
+            "# TYPE triage_inference_tokens_per_second gauge", f"triage_inference_tokens_per_second {m['tokens_per_s']}",
+            "# TYPE triage_inference_tokens_total counter", f"triage_inference_tokens_total {m['tokens_total']}",
+            "# TYPE triage_inference_running gauge", f"triage_inference_running {m['running']}",
+            "# TYPE triage_inference_kv_use_ratio gauge", f"triage_inference_kv_use_ratio {m['kv_use']}",
+            "# TYPE triage_inference_kv_tokens gauge",
+            f'triage_inference_kv_tokens{{where="device"}} {m["kv_tokens_device"]}',
+            f'triage_inference_kv_tokens{{where="host"}} {m["kv_tokens_host"]}',
+        ]
+        return "\n".join(lines) + "\n"
+
+    def _start_metrics_server(self, port: int) -> None:
+        worker = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                if self.path.rstrip("/") != "/metrics":
+                    self.send_error(404)
+                    return
+                body = worker.prometheus_text().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self._http = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        threading.Thread(target=self._http.serve_forever, name="inference-metrics", daemon=True).start()
+        log.info("metrics on http://127.0.0.1:%d/metrics", self._http.server_address[1])
+
+
+def _s(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+# Re-exported for callers that map preemption modes to labels.
+PREEMPTION_MODES = tuple(str(m) for m in PreemptionMode)

@@ -1,0 +1,464 @@
+// The dispatcher board: owns the dashboard socket and renders the live queue from it.
+//
+// Protocol (triage/realtime.py): a snapshot with a sequence number, then events each carrying the next
+// number. A gap, a reconnect or a server "resync" makes us ask for a fresh snapshot; until it comes,
+// events are ignored. The selected call's guidance comes from its own socket (ws/calls/<id>/).
+// Everything else on the page (actions) is plain forms posted by htmx.
+
+const ACTIVE = new Set(["received", "triaged", "queued", "prefilling", "decoding", "preempted"]);
+const STATUS_LABEL = {
+  received: "Received", triaged: "Triaged", queued: "Queued", prefilling: "Prefilling",
+  decoding: "Decoding", preempted: "Preempted", done: "Done", failed: "Failed", cancelled: "Cancelled",
+};
+const MAX_QUEUE_ROWS = 200;
+const MAX_DONE_ROWS = 50;
+const TICK_MS = 500;
+
+const root = document.getElementById("board");
+const $ = (id) => document.getElementById(id);
+const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
+
+const state = {
+  calls: new Map(), tiers: new Map(), agingEnabled: false,
+  seq: null, awaitingSnapshot: true, snapshots: 0, clockOffsetMs: 0,
+  selectedId: null, alerted: new Set(), metrics: null, metricsHistory: [],
+};
+window.triageBoard = state; // for people debugging in the console, and for the browser tests
+
+// --- the dashboard socket --------------------------------------------------------------------------
+
+let socket = null;
+let retries = 0;
+let reconnectTimer = null;
+
+function wsUrl(path) {
+  return `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}${path}`;
+}
+
+function connect() {
+  clearTimeout(reconnectTimer);
+  state.awaitingSnapshot = true;
+  socket = new WebSocket(wsUrl(root.dataset.wsPath));
+  socket.addEventListener("message", (e) => handle(JSON.parse(e.data)));
+  socket.addEventListener("close", (e) => {
+    if (e.code === 4401) { location.assign(root.dataset.loginUrl); return; }
+    if (e.code === 4403) { showOverlay("Not allowed", "Your account has no dispatch-centre role."); return; }
+    scheduleReconnect();
+  });
+}
+
+function scheduleReconnect() {
+  // Exponential backoff with jitter (0.5 s … 10 s), so a restarted server is not hit by every board at once.
+  const delay = Math.min(10000, 500 * 2 ** retries) * (0.75 + Math.random() * 0.5);
+  retries += 1;
+  const until = Date.now() + delay;
+  const show = () => {
+    const left = Math.max(0, Math.ceil((until - Date.now()) / 1000));
+    showOverlay("Connection lost", `The board is not live. Reconnecting in ${left} s…`);
+    setConn("lost", `Disconnected · retry in ${left} s`);
+  };
+  show();
+  const countdown = setInterval(show, 1000);
+  reconnectTimer = setTimeout(() => { clearInterval(countdown); connect(); }, delay);
+}
+
+function requestSnapshot() {
+  state.awaitingSnapshot = true;
+  setConn("syncing", "Resynchronising…");
+  if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ type: "snapshot.request" }));
+}
+
+function handle(msg) {
+  if (msg.type === "snapshot") { applySnapshot(msg); return; }
+  if (state.awaitingSnapshot || state.seq === null) return;
+  if (msg.seq <= state.seq) return; // already covered by the snapshot
+  if (msg.seq !== state.seq + 1) { requestSnapshot(); return; } // a dropped event: start again
+  state.seq = msg.seq;
+  root.dataset.seq = String(state.seq);
+  if (msg.type === "call.updated") applyCall(msg.call, true);
+  else if (msg.type === "call.removed") state.calls.delete(msg.call_id);
+  else if (msg.type === "metrics") applyMetrics(msg.metrics);
+  else if (msg.type === "resync") { requestSnapshot(); return; }
+  scheduleRender();
+}
+
+function applySnapshot(snap) {
+  const first = state.snapshots === 0;
+  state.snapshots += 1;
+  state.seq = snap.seq;
+  state.awaitingSnapshot = false;
+  state.clockOffsetMs = Date.parse(snap.server_time) - Date.now();
+  state.agingEnabled = Boolean(snap.aging_enabled);
+  state.tiers = new Map(snap.tiers.map((t) => [t.id, t]));
+  const previous = state.calls;
+  state.calls = new Map();
+  for (const call of snap.calls) applyCall(call, !first && !previous.has(call.id));
+  state.metricsHistory = snap.metrics_history || [];
+  if (snap.metrics) applyMetrics(snap.metrics, false);
+  retries = 0;
+  root.dataset.seq = String(state.seq);
+  root.dataset.live = "1";
+  hideOverlay();
+  setConn("live", "Live");
+  scheduleRender();
+}
+
+function applyCall(call, isNews) {
+  if (!call.live) { state.calls.delete(call.id); return; }
+  const before = state.calls.get(call.id);
+  state.calls.set(call.id, call);
+  const urgent = call.level !== null && call.level <= 2 && ACTIVE.has(call.status);
+  if (urgent && !state.alerted.has(call.id)) {
+    state.alerted.add(call.id);
+    if (isNews) announceUrgent(call);
+  }
+  if (call.id === state.selectedId && before && panelFieldsChanged(before, call)) refreshPanelSoon();
+}
+
+function applyMetrics(metrics, append = true) {
+  state.metrics = metrics;
+  if (append) {
+    state.metricsHistory.push(metrics);
+    if (state.metricsHistory.length > 120) state.metricsHistory.shift();
+  }
+  renderMetrics();
+}
+
+// --- ordering and timers (mirrors triage/selectors/queue.py) -----------------------------------------
+
+function nowMs() { return Date.now() + state.clockOffsetMs; }
+
+function effectiveLevel(call, nowS) {
+  if (call.level === null) return 6;
+  const tier = state.tiers.get(call.tier_id);
+  if (!state.agingEnabled || !tier || !tier.aging_step_s) return call.level;
+  const waited = Math.max(0, nowS - Date.parse(call.created_at) / 1000);
+  const aged = call.level - Math.floor(waited / tier.aging_step_s);
+  return Math.max(Math.min(call.level, tier.aging_ceiling_level), aged);
+}
+
+function queueOrder() {
+  const nowS = nowMs() / 1000;
+  const active = [];
+  const finished = [];
+  for (const call of state.calls.values()) (ACTIVE.has(call.status) ? active : finished).push(call);
+  active.sort((a, b) => effectiveLevel(a, nowS) - effectiveLevel(b, nowS)
+    || Date.parse(a.created_at) - Date.parse(b.created_at) || a.id - b.id);
+  finished.sort((a, b) => Date.parse(b.done_at || b.created_at) - Date.parse(a.done_at || a.created_at));
+  return { active, finished };
+}
+
+function timerInfo(call, now) {
+  const end = call.done_at ? Date.parse(call.done_at) : now;
+  const elapsed = Math.max(0, (end - Date.parse(call.created_at)) / 1000);
+  const tier = state.tiers.get(call.tier_id);
+  let level = "ok";
+  let target = "";
+  if (tier) {
+    const waitingForFirstToken = ACTIVE.has(call.status) && !call.first_token_at;
+    const [mean, p90, what] = waitingForFirstToken
+      ? [tier.ttft_target_mean_s, tier.ttft_target_p90_s, "first guidance"]
+      : [tier.e2e_target_mean_s, tier.e2e_target_p90_s, "complete guidance"];
+    if (elapsed > p90) level = "alert";
+    else if (elapsed > mean) level = "warn";
+    target = `${what} target ${fmtSeconds(mean)} (p90 ${fmtSeconds(p90)})`;
+  }
+  return { elapsed, level, target };
+}
+
+function fmtSeconds(s) {
+  if (s < 10) return `${s.toFixed(1)} s`;
+  if (s < 120) return `${Math.round(s)} s`;
+  const m = Math.floor(s / 60);
+  return `${m}:${String(Math.floor(s % 60)).padStart(2, "0")}`;
+}
+
+function timerHtml(call, now) {
+  const t = timerInfo(call, now);
+  const flag = t.level === "alert" ? " <span class=\"flag\">LATE</span>" : t.level === "warn" ? " <span class=\"flag\">SLOW</span>" : "";
+  return `<span class="timer timer-${t.level}" title="${esc(t.target)}">${fmtSeconds(t.elapsed)}${flag}</span>`;
+}
+
+// --- rendering -------------------------------------------------------------------------------------
+
+let renderPending = false;
+function scheduleRender() {
+  if (renderPending) return;
+  renderPending = true;
+  requestAnimationFrame(() => { renderPending = false; render(); });
+}
+
+function esiBadge(call) {
+  if (call.level === null) return "<span class=\"esi esi-none\">ESI –</span>";
+  const note = call.overridden ? ` <span class="override-mark" title="Overridden by a dispatcher (classifier said ESI ${esc(call.predicted_esi)})">overridden</span>` : "";
+  return `<span class="esi esi-${call.level}">ESI ${call.level}</span>${note}`;
+}
+
+function rowHtml(call, now) {
+  const tier = state.tiers.get(call.tier_id);
+  const selected = call.id === state.selectedId;
+  const preempt = call.preemption_count ? ` <span class="preempts" title="Preempted ${call.preemption_count} times">⏸ ${call.preemption_count}×</span>` : "";
+  const ack = call.acknowledged ? " <span class=\"ack\" title=\"Acknowledged\">✔ ack</span>" : "";
+  return `<tr data-id="${call.id}" class="call-row esi-row-${call.level ?? "none"}${selected ? " selected" : ""}"${selected ? " aria-current=\"true\"" : ""}>
+    <td>${esiBadge(call)}</td>
+    <td><a href="/calls/${call.id}/" data-select="${call.id}">#${call.id}</a><br><small class="muted">${esc(call.external_id)}</small></td>
+    <td class="summary">${esc(call.summary)}${call.location ? `<br><small class="muted">${esc(call.location)}</small>` : ""}</td>
+    <td><span class="status status-${call.status}">${STATUS_LABEL[call.status] || esc(call.status)}</span>${preempt}${ack}</td>
+    <td data-timer="${call.id}">${timerHtml(call, now)}</td>
+    <td>${tier ? `<span class="swatch" style="background:${esc(tier.colour)}" aria-hidden="true"></span> ${esc(tier.name)}` : "–"}</td>
+  </tr>`;
+}
+
+function render() {
+  const now = nowMs();
+  const { active, finished } = queueOrder();
+  $("queue-body").innerHTML = active.length
+    ? active.slice(0, MAX_QUEUE_ROWS).map((c) => rowHtml(c, now)).join("")
+    : "<tr><td colspan=\"6\" class=\"muted\">No calls waiting.</td></tr>";
+  $("queue-more").textContent = active.length > MAX_QUEUE_ROWS ? `…and ${active.length - MAX_QUEUE_ROWS} more (search to find them)` : "";
+  $("queue-count").textContent = `(${active.length})`;
+  $("done-body").innerHTML = finished.slice(0, MAX_DONE_ROWS).map((c) => rowHtml(c, now)).join("");
+  $("done-count").textContent = `(${finished.length})`;
+}
+
+function tickTimers() {
+  const now = nowMs();
+  for (const cell of document.querySelectorAll("[data-timer]")) {
+    const call = state.calls.get(Number(cell.dataset.timer));
+    if (call && !call.done_at) cell.innerHTML = timerHtml(call, now);
+  }
+}
+
+let ticks = 0;
+setInterval(() => {
+  tickTimers();
+  ticks += 1;
+  if (state.agingEnabled && ticks % 4 === 0) scheduleRender(); // aging can reorder the queue
+}, TICK_MS);
+
+// --- metrics panel: hand-rolled SVG sparklines, no library --------------------------------------------
+
+function sparkline(values, label) {
+  const points = values.map((v, i) => [i, v]).filter(([, v]) => typeof v === "number");
+  if (points.length < 2) return `<svg class="spark" viewBox="0 0 120 28" role="img" aria-label="${esc(label)}: not enough data yet"></svg>`;
+  const max = Math.max(...points.map(([, v]) => v)) || 1;
+  const n = Math.max(values.length - 1, 1);
+  const path = points.map(([i, v]) => `${(i / n * 118 + 1).toFixed(1)},${(27 - v / max * 25).toFixed(1)}`).join(" ");
+  return `<svg class="spark" viewBox="0 0 120 28" role="img" aria-label="${esc(label)}: trend over the last ${values.length} samples, peak ${fmtNum(max)}"><polyline points="${path}" /></svg>`;
+}
+
+function fmtNum(v, digits = 1) { return typeof v === "number" ? v.toFixed(digits) : "–"; }
+function fmtSec(v, digits = 1) { return typeof v === "number" ? `${v.toFixed(digits)} s` : "–"; }
+function fmtPct(v) { return typeof v === "number" ? `${Math.round(v * 100)}%` : "–"; }
+
+function renderMetrics() {
+  const m = state.metrics;
+  if (!m) return;
+  const hist = state.metricsHistory;
+  const series = (f) => hist.map((p) => { try { return f(p); } catch { return null; } });
+  $("metrics-window").textContent = `(finished calls, last ${Math.round(m.window_s / 60)} min)`;
+  const waitRows = [1, 2, 3, 4, 5].map((l) => {
+    const w = m.waiting_s[String(l)];
+    return `<tr><th scope="row"><span class="esi esi-${l}">ESI ${l}</span></th><td>${fmtSec(w.p50)}</td><td>${fmtSec(w.p90)}</td><td>${w.n}</td>
+      <td>${sparkline(series((p) => p.waiting_s[String(l)].p90), `ESI ${l} waiting p90`)}</td></tr>`;
+  }).join("");
+  const slo = m.slo.map((s) => `<tr><th scope="row">${esc(s.name)}</th><td>${fmtPct(s.attained)}</td><td>${s.n}</td>
+      <td><meter min="0" max="1" low="0.8" high="0.9" optimum="1" value="${s.attained ?? 0}" aria-label="${esc(s.name)} SLO attainment">${fmtPct(s.attained)}</meter></td></tr>`).join("");
+  const engine = m.engine_stale ? "<p class=\"muted\">Inference engine: no recent report.</p>" : "";
+  $("metrics").innerHTML = `
+    <div class="metric-grid">
+      <div class="metric wide"><h3>Waiting time (completion − arrival)</h3>
+        <table class="compact"><thead><tr><th scope="col">Level</th><th scope="col">p50</th><th scope="col">p90</th><th scope="col">n</th><th scope="col">p90 trend</th></tr></thead><tbody>${waitRows}</tbody></table></div>
+      <div class="metric"><h3>Time to first token</h3><p class="big">${fmtSec(m.ttft_s.p50, 2)} <small>p50</small> · ${fmtSec(m.ttft_s.p90, 2)} <small>p90</small></p>${sparkline(series((p) => p.ttft_s.p90), "TTFT p90")}</div>
+      <div class="metric"><h3>Preemptions / min</h3><p class="big">${fmtNum(m.preemptions_per_min)}</p>${sparkline(series((p) => p.preemptions_per_min), "Preemptions per minute")}</div>
+      <div class="metric"><h3>KV cache use</h3><p class="big">${fmtPct(m.kv_use)}</p>${sparkline(series((p) => p.kv_use), "KV use")}</div>
+      <div class="metric"><h3>Tokens / s</h3><p class="big">${fmtNum(m.tokens_per_s)}</p>${sparkline(series((p) => p.tokens_per_s), "Tokens per second")}</div>
+      <div class="metric wide"><h3>SLO attainment per tier <small class="muted">(TTFT and E2E within p90 targets)</small></h3>
+        <table class="compact"><thead><tr><th scope="col">Tier</th><th scope="col">Met</th><th scope="col">n</th><th scope="col"><span class="sr-only">Bar</span></th></tr></thead><tbody>${slo}</tbody></table></div>
+    </div>${engine}`;
+}
+
+// --- selection, the side panel and the guidance stream -----------------------------------------------
+
+function visibleIds() {
+  return [...document.querySelectorAll("#queue-body tr[data-id], #done-body tr[data-id]")].map((r) => Number(r.dataset.id));
+}
+
+function select(id) {
+  if (id === state.selectedId) return;
+  state.selectedId = id;
+  for (const row of document.querySelectorAll("tr[data-id]")) {
+    const on = Number(row.dataset.id) === id;
+    row.classList.toggle("selected", on);
+    if (on) row.setAttribute("aria-current", "true"); else row.removeAttribute("aria-current");
+    if (on) row.scrollIntoView({ block: "nearest" });
+  }
+  loadPanel();
+  openGuidance(id);
+}
+
+function loadPanel() {
+  if (state.selectedId === null || !window.htmx) return;
+  window.htmx.ajax("GET", `${root.dataset.panelUrl}${state.selectedId}/panel/`, { target: "#call-panel", swap: "innerHTML" });
+}
+
+let panelTimer = null;
+function refreshPanelSoon() {
+  clearTimeout(panelTimer);
+  panelTimer = setTimeout(() => {
+    if (!document.querySelector("#call-panel dialog[open]")) loadPanel(); // never wipe a half-typed reason
+  }, 300);
+}
+
+function panelFieldsChanged(a, b) {
+  return a.status !== b.status || a.level !== b.level || a.acknowledged !== b.acknowledged || a.live !== b.live;
+}
+
+let guidance = null;
+function openGuidance(id) {
+  if (guidance) { guidance.closedByUs = true; guidance.ws.close(); }
+  const text = $("guidance-text");
+  text.textContent = "";
+  setGuidanceState("connecting…");
+  const g = { ws: new WebSocket(wsUrl(`${root.dataset.callWsPath}${id}/`)), lastIndex: -1, done: false, closedByUs: false };
+  guidance = g;
+  g.ws.addEventListener("message", (e) => {
+    const msg = JSON.parse(e.data);
+    if (msg.type === "replay") {
+      text.textContent = msg.text;
+      g.lastIndex = msg.index;
+      g.done = msg.done;
+      setGuidanceState(msg.done ? "complete" : msg.text ? "streaming…" : "waiting for the model…");
+    } else if (msg.type === "token" && msg.index > g.lastIndex) {
+      text.append(msg.text);
+      g.lastIndex = msg.index;
+      setGuidanceState("streaming…");
+    } else if (msg.type === "done") {
+      g.done = true;
+      setGuidanceState(msg.status === "done" ? "complete" : msg.status);
+    }
+    root.dataset.guidanceIndex = String(g.lastIndex);
+  });
+  g.ws.addEventListener("close", () => {
+    if (!g.closedByUs && !g.done && guidance === g) setTimeout(() => { if (guidance === g) openGuidance(id); }, 1000);
+  });
+}
+
+function setGuidanceState(s) { $("guidance-state").textContent = s ? `(${s})` : ""; }
+
+// --- alerts: banner and opt-in sound for new ESI 1–2 calls ----------------------------------------------
+
+let audio = null;
+const soundToggle = $("sound-toggle");
+soundToggle.checked = localStorage.getItem("triage.sound") === "1";
+soundToggle.addEventListener("change", () => {
+  localStorage.setItem("triage.sound", soundToggle.checked ? "1" : "0");
+  if (soundToggle.checked) { ensureAudio(); beep(); } // the click is the user gesture audio needs
+});
+
+function ensureAudio() {
+  if (!audio) audio = new (window.AudioContext || window.webkitAudioContext)();
+  if (audio.state === "suspended") audio.resume();
+  return audio;
+}
+
+function beep() {
+  if (!soundToggle.checked) return;
+  const ctx = ensureAudio();
+  const osc = ctx.createOscillator();
+  const gain = ctx.createGain();
+  osc.type = "square";
+  osc.frequency.value = 880;
+  gain.gain.setValueAtTime(0.0001, ctx.currentTime);
+  gain.gain.exponentialRampToValueAtTime(0.2, ctx.currentTime + 0.02);
+  gain.gain.exponentialRampToValueAtTime(0.0001, ctx.currentTime + 0.35);
+  osc.connect(gain).connect(ctx.destination);
+  osc.start();
+  osc.stop(ctx.currentTime + 0.4);
+}
+
+function announceUrgent(call) {
+  const banner = $("priority-banner");
+  banner.innerHTML = `<strong>New ESI ${call.level} call #${call.id}</strong> ${esc(call.summary)}
+    <button type="button" data-select="${call.id}">Show</button> <button type="button" data-dismiss-banner>Dismiss</button>`;
+  banner.className = `banner banner-esi-${call.level}`;
+  banner.hidden = false;
+  beep();
+}
+
+// --- overlay and connection indicator ----------------------------------------------------------------
+
+function showOverlay(title, detail) {
+  $("overlay-title").textContent = title;
+  $("overlay-detail").textContent = detail;
+  $("overlay").hidden = false;
+  root.dataset.live = "0";
+}
+function hideOverlay() { $("overlay").hidden = true; }
+function setConn(kind, text) {
+  const el = $("conn-status");
+  el.className = `conn conn-${kind}`;
+  el.textContent = text;
+}
+
+// --- input: clicks, dialogs, keyboard shortcuts ----------------------------------------------------------
+
+document.addEventListener("click", (e) => {
+  const sel = e.target.closest("[data-select]");
+  if (sel) { e.preventDefault(); select(Number(sel.dataset.select)); return; }
+  const row = e.target.closest("tr[data-id]");
+  if (row) { select(Number(row.dataset.id)); return; }
+  const opener = e.target.closest("[data-open-dialog]");
+  if (opener) { openDialog(opener.dataset.openDialog); return; }
+  if (e.target.closest("[data-close-dialog]")) { e.target.closest("dialog").close(); return; }
+  if (e.target.closest("[data-dismiss-banner]")) $("priority-banner").hidden = true;
+});
+
+function openDialog(id) {
+  const dialog = document.getElementById(id);
+  if (!dialog) return;
+  dialog.showModal();
+  const field = dialog.querySelector("textarea, input:not([type=hidden]), select");
+  if (field) field.focus();
+}
+
+document.body.addEventListener("htmx:afterRequest", (e) => {
+  const dialog = e.target.closest && e.target.closest("dialog");
+  if (dialog && e.detail.successful) { dialog.close(); e.target.reset(); }
+});
+
+$("help-button").addEventListener("click", () => $("help-dialog").showModal());
+
+function move(delta) {
+  const ids = visibleIds();
+  if (!ids.length) return;
+  const at = ids.indexOf(state.selectedId);
+  const next = at === -1 ? (delta > 0 ? 0 : ids.length - 1) : Math.min(ids.length - 1, Math.max(0, at + delta));
+  select(ids[next]);
+}
+
+function panelAction(kind) {
+  const panel = $("call-panel");
+  if (kind === "override" || kind === "close") {
+    const opener = panel.querySelector(`[data-open-dialog^="${kind}-dialog"]`);
+    if (opener) openDialog(opener.dataset.openDialog);
+    return;
+  }
+  const form = panel.querySelector(`form[data-action="${kind}"]`);
+  if (form) form.requestSubmit();
+}
+
+document.addEventListener("keydown", (e) => {
+  if (e.ctrlKey || e.metaKey || e.altKey) return;
+  const t = e.target;
+  if (t.closest && (t.closest("input, textarea, select, [contenteditable]") || t.closest("dialog[open]"))) return;
+  const actions = {
+    j: () => move(1), k: () => move(-1), "?": () => $("help-dialog").showModal(),
+    o: () => panelAction("override"), a: () => panelAction("acknowledge"),
+    c: () => panelAction("close"), x: () => panelAction("cancel"),
+  };
+  const act = actions[e.key];
+  if (act) { e.preventDefault(); act(); }
+});
+
+connect();

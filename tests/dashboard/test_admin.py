@@ -1,0 +1,141 @@
+"""The admin: supervisors edit tiers and settings (publishing the config message), admins manage clients."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from django.test import Client
+
+from triage.models import ApiClient, AuditEvent, SchedulerSettings, Tier
+
+pytestmark = pytest.mark.django_db
+
+
+def staff_client(user: object) -> Client:
+    user.is_staff = True
+    user.save()
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def control_messages(settings: object):
+    """Messages published on the control channel during the test (a real Redis subscription)."""
+    from triage.streams import control_channel, get_redis
+
+    pubsub = get_redis().pubsub()
+    pubsub.subscribe(control_channel())
+    pubsub.get_message(timeout=1)  # the subscribe confirmation
+
+    def read() -> list[dict]:
+        out = []
+        while (message := pubsub.get_message(timeout=0.5)) is not None:
+            if message["type"] == "message":
+                out.append(json.loads(message["data"]))
+        return out
+
+    yield read
+    pubsub.close()
+
+
+def tier_post_data(tier: Tier, **changes: object) -> dict:
+    data = {
+        "name": tier.name, "colour": tier.colour, "sort_order": tier.sort_order,
+        "esi_levels": json.dumps(tier.esi_levels), "ttft_target_mean_s": tier.ttft_target_mean_s,
+        "ttft_target_p90_s": tier.ttft_target_p90_s, "e2e_target_mean_s": tier.e2e_target_mean_s,
+        "e2e_target_p90_s": tier.e2e_target_p90_s, "tdg_weight": tier.tdg_weight,
+        "max_preemptions": tier.max_preemptions, "reserved_kv_fraction": tier.reserved_kv_fraction,
+        "aging_step_s": tier.aging_step_s, "aging_ceiling_level": tier.aging_ceiling_level,
+    }
+    data.update(changes)
+    return data
+
+
+def test_supervisor_saving_a_tier_publishes_a_config_message(
+    tiers, supervisor, control_messages, django_capture_on_commit_callbacks
+):
+    client = staff_client(supervisor)
+    tier = Tier.objects.get(name="Urgent")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/admin/triage/tier/{tier.pk}/change/", tier_post_data(tier, ttft_target_mean_s=3))
+    assert response.status_code == 302, response.content.decode()[:2000]
+    tier.refresh_from_db()
+    assert tier.ttft_target_mean_s == 3
+    version = SchedulerSettings.load().version
+    assert {"kind": "config", "version": version} in control_messages()
+    assert AuditEvent.objects.filter(action="tier.updated", actor=f"user:{supervisor.username}").exists()
+
+
+def test_tier_form_rejects_esi_levels_outside_one_to_five(tiers, supervisor):
+    client = staff_client(supervisor)
+    tier = Tier.objects.get(name="Urgent")
+    response = client.post(f"/admin/triage/tier/{tier.pk}/change/", tier_post_data(tier, esi_levels="[7]"))
+    assert response.status_code == 200 and "ESI levels from 1 to 5" in response.content.decode()
+
+
+def test_scheduler_settings_is_a_singleton_edited_in_place(
+    supervisor, control_messages, django_capture_on_commit_callbacks
+):
+    client = staff_client(supervisor)
+    response = client.get("/admin/triage/schedulersettings/")
+    assert response.status_code == 302 and response["Location"].endswith("/1/change/")
+    before = SchedulerSettings.load()
+    data = {
+        "policy": "semantic", "preempt_on_arrival": "on", "limited_preemption_c": "0.8", "aging_enabled": "on",
+        "batch_size": 8, "kv_capacity_blocks": before.kv_capacity_blocks, "block_size": before.block_size,
+        "micro_batch_max": before.micro_batch_max, "micro_batch_wait_ms": before.micro_batch_wait_ms,
+    }
+    with django_capture_on_commit_callbacks(execute=True):
+        assert client.post("/admin/triage/schedulersettings/1/change/", data).status_code == 302
+    after = SchedulerSettings.load()
+    assert after.batch_size == 8 and after.limited_preemption_c == 0.8 and after.version > before.version
+    assert {"kind": "config", "version": after.version} in control_messages()
+
+
+def test_dispatcher_cannot_open_the_tier_admin(tiers, dispatcher):
+    client = staff_client(dispatcher)
+    assert client.get("/admin/triage/tier/").status_code == 403
+
+
+def test_supervisor_cannot_manage_api_clients(supervisor):
+    assert staff_client(supervisor).get("/admin/triage/apiclient/").status_code == 403
+
+
+def test_admin_creates_an_api_client_and_sees_its_token_once(make_user):
+    client = staff_client(make_user("ada", "admin"))
+    response = client.post(
+        "/admin/triage/apiclient/add/", {"name": "cad-north", "scopes": ["calls:write"], "throttle_rate": ""},
+        follow=True,
+    )
+    html = response.content.decode()
+    assert "it will not be shown again" in html
+    created = ApiClient.objects.get(name="cad-north")
+    assert created.scopes == ["calls:write"] and f"trg_{created.token_prefix}_" in html
+    again = client.get(f"/admin/triage/apiclient/{created.pk}/change/").content.decode()
+    assert f"trg_{created.token_prefix}_" not in again
+
+
+def test_admin_rotates_and_deactivates_clients_through_actions(make_user, make_api_client):
+    api_client, old_token = make_api_client("cad-south")
+    client = staff_client(make_user("ada", "admin"))
+    response = client.post(
+        "/admin/triage/apiclient/", {"action": "rotate_tokens", "_selected_action": [api_client.pk]}, follow=True
+    )
+    api_client.refresh_from_db()
+    assert f"trg_{api_client.token_prefix}_" in response.content.decode()
+    assert not old_token.startswith(f"trg_{api_client.token_prefix}_")
+    client.post("/admin/triage/apiclient/", {"action": "deactivate_clients", "_selected_action": [api_client.pk]})
+    api_client.refresh_from_db()
+    assert not api_client.is_active
+
+
+def test_audit_log_is_read_only_with_filters(make_call, supervisor):
+    make_call(3)
+    client = staff_client(supervisor)
+    listing = client.get("/admin/triage/auditevent/", {"action": "call.created"})
+    assert listing.status_code == 200 and "call.created" in listing.content.decode()
+    event = AuditEvent.objects.first()
+    assert client.get("/admin/triage/auditevent/add/").status_code == 403
+    assert client.post(f"/admin/triage/auditevent/{event.pk}/delete/", {"post": "yes"}).status_code == 403

@@ -1,0 +1,82 @@
+"""A scripted scheduler (a test double): runs every active request each iteration, and at the iterations the
+script names preempts the named requests in the named mode. It keeps the Request fields exactly as the
+contract in scheduler/request.py says, so the engine under test cannot tell it from a real policy."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from scheduler.decision import Decision, Preemption, PreemptionMode
+from scheduler.request import Request, Stage
+
+# iteration -> [(request id, mode, kept tokens; None = all for SWAP, 0 for DROP)]
+Script = dict[int, list[tuple[str, PreemptionMode, int | None]]]
+
+
+class ScriptedScheduler:
+    name = "scripted"
+
+    def __init__(self, script: Script | None = None, *, batch_size: int = 8, hold_out: int = 2):
+        self.script = script or {}
+        self.batch_size = batch_size
+        self.hold_out = hold_out
+        self.iteration = 0
+        self.arrivals: list[Request] = []
+        self.active: list[Request] = []
+        self.held_until: dict[str, int] = {}
+        self._cancel: list[str] = []
+
+    def submit(self, request: Request) -> None:
+        self.arrivals.append(request)
+
+    def schedule(self, now_s: float) -> Decision:
+        self.iteration += 1
+        self.active.extend(self.arrivals)
+        self.arrivals = []
+        decision = Decision(stage=None)
+        for rid in self._cancel:
+            for r in [r for r in self.active if r.id == rid]:
+                r.stage = Stage.CANCELLED
+                self.active.remove(r)
+                decision.cancelled.append(r)
+        self._cancel = []
+        for rid, mode, kept in self.script.get(self.iteration, []):
+            r = next(r for r in self.active if r.id == rid)
+            tokens = r.kv_tokens_on_device
+            kept = tokens if mode is PreemptionMode.SWAP else 0 if mode is PreemptionMode.DROP else min(kept, tokens)
+            r.kv_tokens_on_device, r.kv_tokens_on_host = 0, kept
+            r.stage = Stage.PREEMPTED_SWAPPED if kept else Stage.PREEMPTED_DROPPED
+            r.preemptions += 1
+            decision.preemptions.append(Preemption(r, mode, kept))
+            self.held_until[rid] = self.iteration + self.hold_out
+        batch = [r for r in self.active if self.held_until.get(r.id, 0) < self.iteration][: self.batch_size]
+        if batch:
+            decision.stage = Stage.PREFILL if any(r.needs_prefill for r in batch) else Stage.DECODE
+            decision.batch = batch
+        return decision
+
+    def complete_iteration(self, now_s: float, decision: Decision, finished_ids: Iterable[str]) -> None:
+        finished = set(finished_ids)
+        for r in decision.batch:
+            r.kv_tokens_on_device = r.context_tokens
+            r.kv_tokens_on_host = 0
+            r.generated_tokens += 1
+            if r.first_token_s is None:
+                r.first_token_s = now_s
+            if r.id in finished:
+                r.stage = Stage.DONE
+                r.finish_s = now_s
+                self.active.remove(r)
+            else:
+                r.stage = Stage.DECODE
+
+    def cancel(self, request_id: str) -> None:
+        self._cancel.append(request_id)
+
+    def reprioritise(self, request_id: str, level: int) -> None:
+        for r in self.active + self.arrivals:
+            if r.id == request_id:
+                r.level = level
+
+    def has_work(self) -> bool:
+        return bool(self.arrivals or self.active or self._cancel)

@@ -1,0 +1,58 @@
+"""The guidance the bundled model drafts fits its call: CPR instructions for an arrest, a one-line answer for a
+prescription question."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from inference.guidance_corpus import example_records, guidance_prompt, reference_guidance
+from scheduler.config import SchedulerConfig
+from scheduler.cost import PRESETS
+from scheduler.policies import make_scheduler
+
+CALLS = Path(__file__).resolve().parents[2] / "fixtures" / "calls" / "calls.jsonl"
+
+
+def _generate(backend, transcripts: list[str], max_new_tokens: int = 320) -> list[str]:
+    scheduler = make_scheduler(SchedulerConfig(policy="fcfs", batch_size=16), PRESETS["a100-4b"])
+    engine = backend.make_engine(scheduler, max_new_tokens=max_new_tokens)
+    return engine.generate([guidance_prompt(t) for t in transcripts])
+
+
+def _examples(scenario: str) -> list[dict]:
+    return [r for r in example_records() if r["scenario"] == scenario]
+
+
+def test_tiny_model_gives_an_arrest_call_cpr_instructions(tiny_backend):
+    calls = _examples("cardiac_arrest")
+    for text in _generate(tiny_backend, [r["transcript"] for r in calls]):
+        assert "chest compressions" in text and "defibrillator" in text
+
+
+def test_tiny_model_answers_a_prescription_question_briefly_and_sends_no_unit(tiny_backend):
+    calls = _examples("medication_question")
+    arrest_len = len(reference_guidance(_examples("cardiac_arrest")[0]))
+    for text in _generate(tiny_backend, [r["transcript"] for r in calls]):
+        assert "pharmacist" in text and "Send" not in text
+        assert len(text) < arrest_len / 5
+
+
+@pytest.mark.slow
+def test_full_model_gives_unseen_arrest_calls_cpr_and_choking_calls_back_blows(full_guidance_model):
+    from inference.backends.hf import HFBackend
+
+    if not CALLS.exists():
+        pytest.skip(f"the call corpus is missing at {CALLS}")
+    records = [json.loads(line) for line in CALLS.read_text().splitlines()]
+    test_split = [r for r in records if r["split"] == "test"]
+    arrests = [r for r in test_split if r["scenario"] == "cardiac_arrest"][:12]
+    choking = [r for r in test_split if r["scenario"] == "choking" and r["esi"] <= 2][:12]
+    backend = HFBackend.load(str(full_guidance_model), device="cpu")
+    outputs = _generate(backend, [r["transcript"] for r in arrests + choking], max_new_tokens=384)
+    arrest_hits = sum("compressions" in t for t in outputs[: len(arrests)])
+    choking_hits = sum("blows" in t or "thrusts" in t for t in outputs[len(arrests) :])
+    assert arrest_hits >= 0.9 * len(arrests)
+    assert choking_hits >= 0.8 * len(choking)

@@ -1,0 +1,151 @@
+"""The inference worker against real Redis and PostgreSQL with the tiny model: stream in, results stored,
+tokens streamed, entries acknowledged only after storing, dead workers' entries reclaimed, cancellations."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from django.utils import timezone
+
+from inference.guidance_corpus import guidance_prompt
+from inference.worker import InferenceWorker, WorkerOptions
+from scheduler.config import SchedulerConfig
+from scheduler.cost import PRESETS
+from scheduler.policies import make_scheduler
+from triage import realtime
+from triage.models import Call, CallStatus
+from triage.streams import get_redis
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TRANSCRIPTS = [
+    "My husband just collapsed in the kitchen, he is not breathing and I cannot wake him.",
+    "I have a question about my prescription refill.",
+    "I have a small cut on my hand, it stopped bleeding.",
+    "My son is choking on a piece of meat, he cannot cough or speak.",
+]
+
+
+@pytest.fixture
+def stream_names():
+    r = get_redis()
+    suffix = uuid.uuid4().hex[:8]
+    names = {"stream": f"test:inference:{suffix}", "control": f"test:control:{suffix}"}
+    yield names
+    r.delete(names["stream"])
+
+
+@pytest.fixture
+def make_worker(tiny_backend, stream_names):
+    workers = []
+
+    def make(consumer: str = "w1", claim_idle_ms: int = 30_000, max_new_tokens: int = 24) -> InferenceWorker:
+        scheduler = make_scheduler(SchedulerConfig(policy="semantic", batch_size=8), PRESETS["a100-4b"])
+        engine = tiny_backend.make_engine(scheduler, max_new_tokens=max_new_tokens)
+        worker = InferenceWorker(engine, get_redis(), WorkerOptions(
+            stream=stream_names["stream"], group="inference", consumer=consumer,
+            control_channel=stream_names["control"], claim_idle_ms=claim_idle_ms, flush_interval_s=0.05,
+        ))
+        workers.append(worker)
+        return worker
+
+    yield make
+    for w in workers:
+        w.request_stop()
+        if w._threads:  # started: its run() (if any) has returned or returns now
+            w.stopped.wait(5)
+
+
+def _calls(n: int, status: str = CallStatus.QUEUED) -> list[Call]:
+    calls = [
+        Call.objects.create(external_id=f"eng-{uuid.uuid4().hex[:10]}", received_at=timezone.now(),
+                            transcript=TRANSCRIPTS[i % len(TRANSCRIPTS)], status=status, level=1 + i % 5)
+        for i in range(n)
+    ]
+    get_redis().delete(*[realtime.token_stream_key(c.pk) for c in calls])
+    return calls
+
+
+def _enqueue(stream: str, calls: list[Call]) -> list[str]:
+    r = get_redis()
+    return [
+        r.xadd(stream, {"call_id": c.pk, "level": c.level, "tier": "", "prompt": guidance_prompt(c.transcript),
+                        "prompt_tokens": 30, "predicted_output_tokens": 24, "enqueued_at": f"{time.time():.6f}"})
+        for c in calls
+    ]
+
+
+def _run_until(worker: InferenceWorker, done: callable, timeout_s: float = 60.0) -> threading.Thread:
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not done():
+        time.sleep(0.1)
+    worker.request_stop()
+    thread.join(30)
+    return thread
+
+
+def _all_final(calls: list[Call]) -> bool:
+    return Call.objects.filter(pk__in=[c.pk for c in calls], status__in=[CallStatus.DONE, CallStatus.CANCELLED]).count() == len(calls)
+
+
+def test_calls_from_the_stream_are_generated_stored_streamed_and_acknowledged(make_worker, stream_names):
+    calls = _calls(4)
+    worker = make_worker()
+    worker.start()
+    _enqueue(stream_names["stream"], calls)
+    _run_until(worker, lambda: _all_final(calls))
+    r = get_redis()
+    for c in calls:
+        c.refresh_from_db()
+        assert c.status == CallStatus.DONE and c.output_tokens > 0 and c.guidance
+        replay = realtime.read_token_replay(c.pk)
+        assert replay.done and replay.text.strip() == c.guidance
+        assert c.audit_events.filter(action="call.done").count() == 1
+    assert r.xpending(stream_names["stream"], "inference")["pending"] == 0
+
+
+def test_entries_left_pending_by_a_dead_worker_are_reclaimed_and_none_is_generated_twice(make_worker, stream_names):
+    calls = _calls(3)
+    already_done = _calls(1, status=CallStatus.DONE)[0]
+    worker = make_worker(consumer="dead")
+    worker.ensure_group()
+    _enqueue(stream_names["stream"], calls + [already_done])
+    r = get_redis()
+    r.xreadgroup("inference", "dead", {stream_names["stream"]: ">"}, count=10)  # read, then the worker "dies"
+    assert r.xpending(stream_names["stream"], "inference")["pending"] == 4
+
+    survivor = make_worker(consumer="survivor", claim_idle_ms=0)
+    survivor.start()
+    assert len(survivor.engine.sequences) == 3  # the final call was acknowledged, not admitted
+    _run_until(survivor, lambda: _all_final(calls))
+    for c in calls:
+        c.refresh_from_db()
+        assert c.status == CallStatus.DONE
+        assert c.audit_events.filter(action="call.done").count() == 1
+    assert r.xpending(stream_names["stream"], "inference")["pending"] == 0
+
+
+def test_a_cancelled_call_stops_generating_and_its_entry_is_acknowledged(make_worker, stream_names):
+    calls = _calls(2)
+    worker = make_worker(max_new_tokens=200)
+    worker.start()
+    _enqueue(stream_names["stream"], calls)
+    time.sleep(0.3)
+    victim = calls[1]
+    Call.objects.filter(pk=victim.pk).update(status=CallStatus.CANCELLED)  # what call_cancel did in the web
+    worker.handle_control({"kind": "cancel", "call_id": victim.pk})
+    _run_until(worker, lambda: _all_final(calls))
+    assert Call.objects.get(pk=victim.pk).status == CallStatus.CANCELLED
+    assert get_redis().xpending(stream_names["stream"], "inference")["pending"] == 0
+
+
+def test_prometheus_metrics_name_queue_depth_preemptions_tokens_and_kv_use(make_worker):
+    text = make_worker().prometheus_text()
+    for name in ("triage_inference_queue_depth{esi=\"1\"}", "triage_inference_preemptions_total{mode=\"swap\"}",
+                 "triage_inference_tokens_per_second", "triage_inference_kv_use_ratio"):
+        assert name in text

@@ -1,0 +1,79 @@
+"""The trained classifier (tiny config) on its test split: the model card is what the code computes."""
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from inference.predictors import PredictorsNotBuilt, load_triage_predictor, training
+from inference.predictors.length_labels import length_labels
+
+ARREST = "My husband has just collapsed in the kitchen, he's not breathing and I can't feel a pulse, his lips are blue"
+
+
+def _metrics(directory: Path) -> dict:
+    return json.loads((directory / "metrics.json").read_text())
+
+
+def test_model_card_numbers_equal_what_evaluation_recomputes_from_predictions(trained_predictors_dir):
+    metrics = _metrics(trained_predictors_dir)
+    config = training.CONFIGS[metrics["config"]["name"]]
+    records = training.evaluation_records(training.load_corpus(), config)
+    predictor = load_triage_predictor(trained_predictors_dir)
+    with training.deterministic(config.seed, config.threads):
+        predictions = training.predict_records(predictor, records)
+    labels, source = length_labels(records, None, predictor.encoder.count_tokens)
+    recomputed = training.evaluate(predictions, records, labels, metrics["test"]["length"]["baseline_tokens"])
+
+    assert recomputed == metrics["test"]
+    assert source == metrics["length_label_source"]
+    card = (trained_predictors_dir / "MODEL_CARD.md").read_text()
+    esi = recomputed["esi"]
+    assert f"| tuned (shipped) | {esi['n']} | {100 * esi['under_triage_rate']:.1f}% | {esi['macro_recall']:.3f} |" in card
+    assert metrics["length_label_source"] in card
+
+
+def test_evaluation_uses_only_test_split_templates(trained_predictors_dir):
+    config = training.CONFIGS[_metrics(trained_predictors_dir)["config"]["name"]]
+    corpus = training.load_corpus()
+    test_templates = {r["template_id"] for r in training.evaluation_records(corpus, config)}
+    train_templates = {r["template_id"] for r in training.training_records(corpus, config)}
+    assert test_templates and not test_templates & train_templates
+
+
+def test_training_twice_with_the_same_seed_gives_the_same_metrics(tmp_path):
+    micro = dataclasses.replace(training.TINY, name="micro", train_limit=120, test_limit=40)
+    first = training.train(micro, out_dir=tmp_path / "a", lengths_path=None)
+    second = training.train(micro, out_dir=tmp_path / "b", lengths_path=None)
+    first.pop("timing"), second.pop("timing")
+    assert second == first  # same version (a hash of the weights), thresholds and numbers
+    assert (tmp_path / "a" / "heads.safetensors").read_bytes() == (tmp_path / "b" / "heads.safetensors").read_bytes()
+
+
+def test_a_cardiac_arrest_call_is_esi_1_with_probabilities_summing_to_one(trained_predictors_dir):
+    [prediction] = load_triage_predictor().predict([ARREST])
+    assert prediction.esi == 1
+    assert len(prediction.probabilities) == 5
+    assert sum(prediction.probabilities) == pytest.approx(1.0, abs=1e-9)
+    assert prediction.predicted_output_tokens >= 1
+
+
+def test_predict_keeps_input_order_and_accepts_an_empty_batch(trained_predictors_dir):
+    predictor = load_triage_predictor()
+    texts = [ARREST, "I've got a bit of a cold and a runny nose", ARREST]
+    batch = predictor.predict(texts)
+    assert [p.esi for p in batch] == [predictor.predict([t])[0].esi for t in texts]
+    assert batch[0] == batch[2]
+    assert predictor.predict([]) == []
+
+
+def test_loader_follows_the_environment_and_caches_per_process(trained_predictors_dir):
+    predictor = load_triage_predictor()
+    assert predictor is load_triage_predictor(trained_predictors_dir)
+    assert predictor.version == _metrics(trained_predictors_dir)["version"]
+
+
+def test_loading_an_untrained_directory_says_how_to_build_it(tmp_path):
+    with pytest.raises(PredictorsNotBuilt, match="train_predictors"):
+        load_triage_predictor(tmp_path)

@@ -1,0 +1,61 @@
+"""Pure pieces of the classifier: the urgency-biased decision rule, vital-sign flags, metric definitions."""
+
+import pytest
+import torch
+
+from inference.predictors.esi import decide_levels
+from inference.predictors.evaluation import esi_metrics
+from inference.predictors.lexical import vital_flags
+
+
+def test_decision_rule_picks_the_more_urgent_level_when_in_doubt():
+    # 45% ESI 2 vs 55% ESI 3: argmax says 3; with t_2 = 0.4 the rule says 2
+    probs = torch.tensor([[0.0, 0.45, 0.55, 0.0, 0.0]], dtype=torch.float64)
+    assert decide_levels(probs, (0.5, 0.5, 0.5, 0.5)).tolist() == [3]
+    assert decide_levels(probs, (0.5, 0.4, 0.5, 0.5)).tolist() == [2]
+
+
+def test_decision_rule_falls_back_to_esi_5_when_no_threshold_is_reached():
+    probs = torch.tensor([[0.01, 0.01, 0.01, 0.02, 0.95]], dtype=torch.float64)
+    assert decide_levels(probs, (0.5, 0.5, 0.5, 0.5)).tolist() == [5]
+
+
+@pytest.mark.parametrize(
+    ("text", "flag"),
+    [("the watch says heart rate 150", 0), ("sats are 85 on the finger clip", 1),
+     ("she's breathing like 35 times a minute", 2), ("the sugar is 2.1", 4)],
+)
+def test_danger_zone_vitals_are_flagged(text, flag):
+    assert vital_flags(text)[flag] == 1.0
+
+
+def test_normal_vitals_are_not_flagged():
+    assert vital_flags("sats 97, pulse 80, breathing 16 a minute")[:5] == [0.0] * 5
+
+
+def test_under_triage_counts_true_esi_1_2_predicted_3_to_5_and_over_triage_counts_more_urgent():
+    true = [1, 2, 2, 3, 4, 5]
+    pred = [3, 2, 1, 1, 4, 5]
+    m = esi_metrics(true, pred)
+    assert m["under_triage_rate"] == pytest.approx(1 / 3)
+    assert m["over_triage_rate"] == pytest.approx(2 / 6)
+    assert m["confusion_matrix"][0][2] == 1
+    assert m["per_level"]["2"]["recall"] == pytest.approx(0.5)
+
+
+def test_real_output_lengths_are_preferred_over_the_proxy(tmp_path):
+    from inference.predictors.length_labels import SOURCE_REAL, length_labels
+
+    records = [{"id": "a", "scenario": "fever", "esi": 4, "transcript": "hot"}, {"id": "b", "scenario": "fever", "esi": 4}]
+    lengths = tmp_path / "output_lengths.jsonl"
+    lengths.write_text('{"id": "a", "output_tokens": 42}\n')
+    labels, source = length_labels(records, lengths, count_tokens=len)
+    assert (labels, source) == ({"a": 42}, SOURCE_REAL)
+
+
+def test_without_real_lengths_the_label_source_says_proxy(tmp_path):
+    from inference.predictors.length_labels import length_labels
+
+    records = [{"id": "a", "scenario": "fever", "esi": 4, "transcript": "hot"}]
+    labels, source = length_labels(records, tmp_path / "absent.jsonl", count_tokens=lambda text: len(text.split()))
+    assert source.startswith("proxy:") and labels["a"] >= 1

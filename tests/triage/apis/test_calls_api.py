@@ -1,0 +1,99 @@
+import pytest
+
+from tests.fixtures.services import logged_in_api
+from tests.triage.factories import call_payload, make_call
+from triage.models import AuditEvent, Call
+
+pytestmark = pytest.mark.django_db
+URL = "/api/v1/calls/"
+
+
+def test_post_creates_a_received_call_and_returns_201_with_its_location(redis_conn, api):
+    response = api.post(URL, call_payload(external_id="CAD-77"), format="json")
+    assert response.status_code == 201
+    body = response.json()
+    assert body["external_id"] == "CAD-77" and body["status"] == "received" and body["esi"] is None
+    assert response["Location"] == f"{URL}{body['id']}/"
+    call = Call.objects.get(pk=body["id"])
+    assert call.client.name == "cad-main" and call.location_lat == 53.8
+
+
+def test_a_retried_post_returns_200_and_the_same_call(redis_conn, api):
+    payload = call_payload()
+    first = api.post(URL, payload, format="json")
+    again = api.post(URL, {**payload, "transcript": "a different text"}, format="json")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert again.json()["id"] == first.json()["id"]
+    assert Call.objects.count() == 1
+
+
+def test_optional_fields_may_be_left_out(redis_conn, api):
+    payload = {k: call_payload()[k] for k in ("external_id", "received_at", "transcript")}
+    assert api.post(URL, payload, format="json").status_code == 201
+
+
+def test_get_returns_the_call_with_its_assessment(redis_conn, api, triaged_call):
+    body = api.get(f"{URL}{triaged_call.pk}/").json()
+    assert body["status"] == "triaged" and body["esi"] == 1
+    assert body["assessment"]["predicted_esi"] == 1 and len(body["assessment"]["probabilities"]) == 5
+    assert sum(body["assessment"]["probabilities"]) == pytest.approx(1.0, abs=1e-5)
+    assert body["assessment"]["override_esi"] is None
+
+
+def test_get_of_an_unknown_call_is_404_in_the_error_shape(redis_conn, api):
+    response = api.get(f"{URL}999999/")
+    assert response.status_code == 404 and response.json()["error"]["code"] == "not_found"
+
+
+def test_list_filters_and_paginates_with_a_cursor(redis_conn, api, client_and_token, triaged_call):
+    for _ in range(3):
+        make_call(client=client_and_token[0])
+    assert [c["id"] for c in api.get(URL, {"esi": 1}).json()["results"]] == [triaged_call.pk]
+    assert len(api.get(URL, {"status": ["received", "triaged"]}).json()["results"]) == 4
+    assert api.get(URL, {"since": "2999-01-01T00:00:00Z"}).json()["results"] == []
+    page = api.get(URL, {"page_size": 3}).json()
+    assert len(page["results"]) == 3 and page["next"]
+    rest = api.get(page["next"]).json()
+    assert len(rest["results"]) == 1 and rest["next"] is None
+
+
+@pytest.mark.parametrize(("params", "field"), [({"status": "bogus"}, "status"), ({"esi": 9}, "esi"), ({"since": "soon"}, "since"), ({"page_size": 0}, "page_size")])
+def test_a_bad_filter_is_named(redis_conn, api, params, field):
+    response = api.get(URL, params)
+    assert response.status_code == 400
+    assert [name for name in response.json()["error"]["fields"] if name.split(".")[0] == field]
+
+
+def test_a_dispatcher_overrides_the_esi_with_a_reason(redis_conn, session_api, triaged_call):
+    response = session_api.patch(f"{URL}{triaged_call.pk}/", {"esi": 3, "reason": "breathing and talking now"}, format="json")
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert body["esi"] == 3 and body["assessment"]["override_esi"] == 3
+    assert body["assessment"]["overridden_by"] == "dora" and body["assessment"]["predicted_esi"] == 1
+
+
+def test_overriding_an_untriaged_call_is_a_409(redis_conn, session_api, client_and_token):
+    call = make_call(client=client_and_token[0])
+    response = session_api.patch(f"{URL}{call.pk}/", {"esi": 1, "reason": "r"}, format="json")
+    assert response.status_code == 409 and "esi" in response.json()["error"]["fields"]
+
+
+def test_the_posting_client_cancels_its_call_once(redis_conn, api, client_and_token):
+    call = make_call(client=client_and_token[0])
+    response = api.post(f"{URL}{call.pk}/cancel/", {"reason": "duplicate"}, format="json")
+    assert response.status_code == 200 and response.json()["status"] == "cancelled"
+    again = api.post(f"{URL}{call.pk}/cancel/", {}, format="json")
+    assert again.status_code == 409 and again.json()["error"]["code"] == "invalid_transition"
+    assert AuditEvent.objects.get(call=call, action="call.cancelled").actor == "client:cad-main"
+
+
+def test_a_dispatcher_cancels_a_call(redis_conn, dispatcher, triaged_call):
+    response = logged_in_api(dispatcher).post(f"{URL}{triaged_call.pk}/cancel/", {}, format="json")
+    assert response.status_code == 200
+    assert AuditEvent.objects.get(call=triaged_call, action="call.cancelled").actor == "user:dora"
+
+
+def test_the_schema_and_docs_are_served(client):
+    schema = client.get("/api/schema/")
+    assert schema.status_code == 200 and b"/api/v1/calls/" in schema.content
+    assert client.get("/api/docs/").status_code == 200

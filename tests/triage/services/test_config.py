@@ -1,0 +1,49 @@
+import json
+
+import pytest
+
+from triage.models import AuditEvent, SchedulerSettings, Tier
+from triage.services.config import scheduler_settings_update, tier_create, tier_delete, tier_update
+from triage.services.errors import DomainError
+
+pytestmark = pytest.mark.django_db
+
+TIER = {
+    "name": "Immediate", "esi_levels": [1], "ttft_target_mean_s": 0.5, "ttft_target_p90_s": 1,
+    "e2e_target_mean_s": 10, "e2e_target_p90_s": 20, "tdg_weight": 16,
+}
+
+
+def test_each_config_change_bumps_the_version_and_publishes_it(redis_conn, admin_user, django_capture_on_commit_callbacks):
+    pubsub = redis_conn.pubsub()
+    pubsub.subscribe("triage:control")
+    pubsub.get_message(timeout=1)
+    start = SchedulerSettings.load().version
+    with django_capture_on_commit_callbacks(execute=True):
+        settings = scheduler_settings_update(actor=admin_user, batch_size=8, policy="fcfs")
+        tier = tier_create(actor=admin_user, **TIER)
+        tier_update(tier=tier, actor=admin_user, tdg_weight=20)
+        tier_delete(tier=tier, actor=admin_user)
+    versions = [json.loads(pubsub.get_message(timeout=2)["data"])["version"] for _ in range(4)]
+    pubsub.close()
+    assert versions == [start + 1, start + 2, start + 3, start + 4]
+    assert settings.batch_size == 8 and SchedulerSettings.load().policy == "fcfs"
+    assert not Tier.objects.exists()
+    assert AuditEvent.objects.filter(action__startswith="tier.").count() == 3
+
+
+@pytest.mark.parametrize(
+    ("fields", "name"), [({"batch_size": 0}, "batch_size"), ({"policy": "random"}, "policy"), ({"colour": "x"}, "colour")]
+)
+def test_invalid_scheduler_settings_are_refused_by_field(admin_user, fields, name):
+    version = SchedulerSettings.load().version
+    with pytest.raises(DomainError) as error:
+        scheduler_settings_update(actor=admin_user, **fields)
+    assert name in error.value.fields
+    assert SchedulerSettings.load().version == version
+
+
+def test_tier_esi_levels_must_be_levels(admin_user):
+    with pytest.raises(DomainError) as error:
+        tier_create(actor=admin_user, **{**TIER, "esi_levels": [0, 7]})
+    assert "esi_levels" in error.value.fields

@@ -1,0 +1,76 @@
+"""An accepted call is never lost: calls left behind by a broker outage or a failed stream append are re-sent."""
+
+from datetime import timedelta
+
+import pytest
+import redis
+from django.utils import timezone
+from kombu.exceptions import OperationalError
+from rest_framework.test import APIClient
+
+from tests.fixtures.services import stream_entries, wait_until
+from tests.triage.factories import call_payload, make_call
+from triage.models import Call, CallStatus
+from triage.services.triage import call_triage_record
+from triage.tasks import sweep_stuck_calls, triage_call
+
+
+def _broker_down(*args, **kwargs):
+    raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+
+def _age(call_ids, seconds=120):
+    past = timezone.now() - timedelta(seconds=seconds)
+    Call.objects.filter(pk__in=call_ids).update(created_at=past, triaged_at=past)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_calls_accepted_while_the_broker_was_down_are_queued_after_the_sweep(
+    celery_worker_process, redis_conn, client_and_token, monkeypatch
+):
+    http = APIClient()
+    http.credentials(HTTP_AUTHORIZATION=f"Bearer {client_and_token[1]}")
+    with monkeypatch.context() as outage:
+        outage.setattr(triage_call, "apply_async", _broker_down)
+        responses = [http.post("/api/v1/calls/", call_payload(), format="json") for _ in range(3)]
+    assert [r.status_code for r in responses] == [201, 201, 201]  # accepted, though the task never left
+    ids = [r.json()["id"] for r in responses]
+    assert set(Call.objects.filter(pk__in=ids).values_list("status", flat=True)) == {CallStatus.RECEIVED}
+
+    assert sweep_stuck_calls()["received"] == 0  # too young: their own task may still come
+    _age(ids)
+    assert sweep_stuck_calls()["resent"] == 3
+    wait_until(lambda: Call.objects.filter(pk__in=ids, status=CallStatus.QUEUED).count() == 3, timeout_s=90)
+    assert {int(e["call_id"]) for e in stream_entries(redis_conn)} == set(ids)
+
+
+@pytest.mark.django_db
+def test_a_triaged_call_whose_stream_append_failed_is_appended_by_the_sweep(
+    triage_predictor, redis_conn, monkeypatch, django_capture_on_commit_callbacks
+):
+    call = make_call()
+    [prediction] = triage_predictor.predict([call.transcript])
+
+    def stream_down(entries):
+        raise redis.ConnectionError("stream unreachable")
+
+    with monkeypatch.context() as outage:
+        outage.setattr("triage.services.triage.stream_append_many", stream_down)
+        with django_capture_on_commit_callbacks(execute=True):
+            call_triage_record(call=call, prediction=prediction, model_version=triage_predictor.version, latency_ms=1)
+    assert Call.objects.get(pk=call.pk).status == CallStatus.TRIAGED
+    _age([call.pk])
+    assert sweep_stuck_calls()["queued"] == 1
+    assert Call.objects.get(pk=call.pk).status == CallStatus.QUEUED
+    assert [int(e["call_id"]) for e in stream_entries(redis_conn)] == [call.pk]
+
+
+@pytest.mark.django_db
+def test_the_sweep_leaves_queued_and_recent_calls_alone(redis_conn, monkeypatch):
+    sent = []
+    monkeypatch.setattr("triage.tasks.send_triage_task", lambda call_id: sent.append(call_id) or True)
+    recent, old = make_call(), make_call()
+    _age([old.pk])
+    assert sweep_stuck_calls() == {"received": 1, "resent": 1, "triaged": 0, "queued": 0}
+    assert sent == [old.pk] and recent.pk not in sent

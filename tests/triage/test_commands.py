@@ -1,0 +1,34 @@
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from triage.models import ApiClient
+from triage.selectors.clients import api_client_for_token
+
+pytestmark = pytest.mark.django_db
+
+
+def _run(*args):
+    out, err = io.StringIO(), io.StringIO()
+    call_command("create_api_client", *args, stdout=out, stderr=err)
+    return out.getvalue().strip(), err.getvalue()
+
+
+def test_create_api_client_prints_a_working_token_once_and_stores_its_hash():
+    token, note = _run("cad-north", "--scopes", "calls:write")
+    client = ApiClient.objects.get(name="cad-north")
+    assert api_client_for_token(token) == client and client.scopes == ["calls:write"]
+    assert token not in client.token_hash and "shown once" in note
+
+
+def test_rotate_prints_a_new_token_and_retires_the_old_one():
+    old, _ = _run("cad-south")
+    new, _ = _run("cad-south", "--rotate")
+    assert new != old and api_client_for_token(old) is None and api_client_for_token(new) is not None
+
+
+def test_a_duplicate_name_is_a_command_error():
+    _run("cad-east")
+    with pytest.raises(CommandError):
+        _run("cad-east")

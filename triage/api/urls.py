@@ -1,0 +1,10 @@
+from django.urls import path
+
+# <str:…>, not <int:…>: a malformed id must get the API's JSON 404, not Django's HTML one.
+from .calls import CallCancelApi, CallCollectionApi, CallItemApi
+
+urlpatterns = [
+    path("calls/", CallCollectionApi.as_view(), name="api-calls"),
+    path("calls/<str:call_id>/", CallItemApi.as_view(), name="api-call-detail"),
+    path("calls/<str:call_id>/cancel/", CallCancelApi.as_view(), name="api-call-cancel"),
+]

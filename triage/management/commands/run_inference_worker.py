@@ -1,0 +1,77 @@
+"""`manage.py run_inference_worker`: the embedded inference worker (DESIGN.md §2 step 3, §2b)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+from pathlib import Path
+
+import torch
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+from inference.calibration import load_cost_model
+from inference.worker import InferenceWorker, WorkerOptions
+from scheduler.policies import make_scheduler
+from triage.services.generation import scheduler_config_load
+from triage.streams import get_redis
+
+log = logging.getLogger("inference.worker")
+
+
+def build_engine(model: str, device: str, policy: str | None, max_new_tokens: int):  # noqa: ANN201 - Engine
+    """The configured backend around the configured model, driving the configured scheduler."""
+    from inference.backends.hf import HFBackend
+
+    config = scheduler_config_load()
+    if policy:
+        config = config.with_changes(policy=policy)
+    cost_path = Path(settings.TRIAGE.get("COST_MODEL", Path(settings.MODELS_DIR) / "cost_model.json"))
+    scheduler = make_scheduler(config, load_cost_model(cost_path))
+    backend = HFBackend.load(model, device=device)
+    refiner = None
+    probe_dir = Path(model) / "length_probe"
+    if (probe_dir / "length_probe.json").exists():
+        from inference.predictors.length_probe import LengthProbe, LengthRefiner
+
+        refiner = LengthRefiner(LengthProbe.load(probe_dir))
+    return backend.make_engine(scheduler, max_new_tokens=max_new_tokens, refiner=refiner)
+
+
+class Command(BaseCommand):
+    help = "Read inference requests from the Redis stream, generate guidance, stream tokens, store results."
+
+    def add_arguments(self, parser):  # noqa: ANN001
+        parser.add_argument("--model", default=settings.TRIAGE["INFERENCE_MODEL"])
+        parser.add_argument("--device", default=settings.TRIAGE["INFERENCE_DEVICE"])
+        parser.add_argument("--policy", default=None, help="override SchedulerSettings.policy (loadtest)")
+        parser.add_argument(
+            "--consumer", default=os.environ.get("TRIAGE_INFERENCE_CONSUMER", socket.gethostname()),
+            help="consumer name in the stream group; a restart under the same name resumes its pending entries at once",
+        )
+        parser.add_argument("--claim-idle-ms", type=int, default=30_000)
+        parser.add_argument("--max-new-tokens", type=int, default=384)
+        parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TRIAGE_INFERENCE_METRICS_PORT", "0")),
+                            help="serve Prometheus metrics on this port (0: off)")
+        parser.add_argument("--threads", type=int, default=int(os.environ.get("TRIAGE_INFERENCE_THREADS", "2")))
+
+    def handle(self, *args, **opts) -> None:  # noqa: ANN002, ANN003
+        backend = settings.TRIAGE["INFERENCE_BACKEND"]
+        if backend != "hf":
+            raise SystemExit(f"INFERENCE_BACKEND={backend}: this worker drives the transformers engine; the vLLM "
+                             "backend (inference/backends/vllm.py) runs in the GPU image")
+        torch.set_num_threads(opts["threads"])
+        engine = build_engine(opts["model"], opts["device"], opts["policy"], opts["max_new_tokens"])
+        worker = InferenceWorker(engine, get_redis(), WorkerOptions(
+            stream=settings.TRIAGE["INFERENCE_STREAM"], group=settings.TRIAGE["INFERENCE_GROUP"],
+            consumer=opts["consumer"], control_channel=settings.TRIAGE["CONTROL_CHANNEL"],
+            claim_idle_ms=opts["claim_idle_ms"], metrics_port=opts["metrics_port"] or None,
+        ))
+        signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
+        signal.signal(signal.SIGINT, lambda *_: worker.request_stop())
+        worker.start()
+        self.stdout.write(f"inference worker {opts['consumer']} running ({engine.scheduler.name}, {opts['model']})")
+        worker.run()
+        self.stdout.write(f"inference worker stopped: {dict(worker.stats)}")

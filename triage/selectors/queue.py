@@ -1,0 +1,234 @@
+"""Reads for the dispatcher board: the live queue as the browser sees it, and the metrics panel.
+
+The shapes built here are the dashboard protocol's payloads (see ``triage.realtime``): one ``call``
+dict per call and one ``metrics`` dict. A call is *live* (on the board) while it is being worked on,
+and stays until a dispatcher closes it once guidance is done or generation failed; cancelled and
+closed calls leave the board and remain searchable.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import time
+from collections.abc import Iterable, Sequence
+
+from django.db.models import Q, QuerySet
+from django.utils import timezone
+
+from triage.models import ACTIVE_STATUSES, AuditEvent, Call, CallStatus, SchedulerSettings, Tier
+
+METRICS_WINDOW_S = 600  # the sliding window for waiting-time percentiles and SLO attainment
+PREEMPTION_WINDOW_S = 60
+SUMMARY_CHARS = 160
+
+LIVE_FILTER = Q(status__in=ACTIVE_STATUSES) | Q(
+    status__in=(CallStatus.DONE, CallStatus.FAILED), closed_at__isnull=True
+)
+
+
+def live_calls() -> QuerySet[Call]:
+    return Call.objects.filter(LIVE_FILTER).select_related("tier", "assessment", "acknowledged_by")
+
+
+def is_live(call: Call) -> bool:
+    if call.status in ACTIVE_STATUSES:
+        return True
+    return call.status in (CallStatus.DONE, CallStatus.FAILED) and call.closed_at is None
+
+
+def _iso(value: dt.datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def call_state(call: Call) -> dict:
+    """One call as the board shows it (the ``call`` payload of snapshots and ``call.updated``)."""
+    assessment = getattr(call, "assessment", None)  # the reverse one-to-one's error is an AttributeError
+    summary = " ".join(call.transcript.split())
+    if len(summary) > SUMMARY_CHARS:
+        summary = summary[: SUMMARY_CHARS - 1] + "…"
+    return {
+        "id": call.pk,
+        "external_id": call.external_id,
+        "status": call.status,
+        "live": is_live(call),
+        "level": call.level,
+        "predicted_esi": assessment.predicted_esi if assessment else None,
+        "overridden": bool(assessment and assessment.override_esi),
+        "tier_id": call.tier_id,
+        "preemption_count": call.preemption_count,
+        "output_tokens": call.output_tokens,
+        "created_at": _iso(call.created_at),
+        "first_token_at": _iso(call.first_token_at),
+        "done_at": _iso(call.done_at or call.failed_at or call.cancelled_at),
+        "acknowledged": call.acknowledged_at is not None,
+        "acknowledged_by": call.acknowledged_by.get_username() if call.acknowledged_by_id else None,
+        "summary": summary,
+        "location": call.location_address,
+    }
+
+
+def call_states(call_ids: Iterable[int]) -> dict[int, dict]:
+    """``call_state`` for each existing call among ``call_ids`` (missing ids are simply absent)."""
+    calls = Call.objects.filter(pk__in=list(call_ids)).select_related("tier", "assessment", "acknowledged_by")
+    return {c.pk: call_state(c) for c in calls}
+
+
+def tier_state(tier: Tier) -> dict:
+    return {
+        "id": tier.pk,
+        "name": tier.name,
+        "colour": tier.colour,
+        "sort_order": tier.sort_order,
+        "esi_levels": tier.esi_levels,
+        "ttft_target_mean_s": tier.ttft_target_mean_s,
+        "ttft_target_p90_s": tier.ttft_target_p90_s,
+        "e2e_target_mean_s": tier.e2e_target_mean_s,
+        "e2e_target_p90_s": tier.e2e_target_p90_s,
+        "aging_step_s": tier.aging_step_s,
+        "aging_ceiling_level": tier.aging_ceiling_level,
+    }
+
+
+def effective_level(row: dict, tier: dict | None, *, now_s: float, aging_enabled: bool) -> int:
+    """The level the queue is sorted by: the (overridden) ESI, improved by bounded aging.
+
+    Aging moves a waiting call up one level per ``aging_step_s`` of waiting, never past its tier's
+    ceiling — the same rule the scheduler applies, and the one ``static/js/board.js`` mirrors.
+    """
+    level = row["level"] if row["level"] is not None else 6  # untriaged calls sort last
+    if not aging_enabled or tier is None or not tier["aging_step_s"] or row["level"] is None:
+        return level
+    waited = max(0.0, now_s - dt.datetime.fromisoformat(row["created_at"]).timestamp())
+    aged = level - int(waited // tier["aging_step_s"])
+    return max(min(level, tier["aging_ceiling_level"]), aged)
+
+
+def sort_calls(rows: Sequence[dict], tiers: dict[int, dict], *, now_s: float, aging_enabled: bool) -> list[dict]:
+    """Live queue order: effective urgency, then longest waiting first, then id."""
+    return sorted(
+        rows,
+        key=lambda r: (
+            effective_level(r, tiers.get(r["tier_id"]), now_s=now_s, aging_enabled=aging_enabled),
+            dt.datetime.fromisoformat(r["created_at"]),
+            r["id"],
+        ),
+    )
+
+
+def queue_snapshot(*, with_metrics: bool = True) -> dict:
+    """The whole board: live calls in queue order, tiers with their SLO targets, and metrics.
+
+    The caller attaches the sequence number (taken *before* calling this; see ``realtime``).
+    """
+    now = timezone.now()
+    tiers = {t.pk: tier_state(t) for t in Tier.objects.all()}
+    aging_enabled = SchedulerSettings.load().aging_enabled
+    rows = [call_state(c) for c in live_calls()]
+    snapshot = {
+        "server_time": now.isoformat(),
+        "calls": sort_calls(rows, tiers, now_s=now.timestamp(), aging_enabled=aging_enabled),
+        "tiers": sorted(tiers.values(), key=lambda t: (t["sort_order"], t["name"])),
+        "aging_enabled": aging_enabled,
+    }
+    if with_metrics:
+        snapshot["metrics"] = board_metrics(now=now)
+    return snapshot
+
+
+# --- metrics -------------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated percentile (q in 0..100) of ``values``; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    lo, hi = math.floor(rank), math.ceil(rank)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
+
+
+def _summary(values: Sequence[float]) -> dict:
+    p50, p90 = percentile(values, 50), percentile(values, 90)
+    return {"p50": _round(p50), "p90": _round(p90), "n": len(values)}
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def engine_metrics() -> dict:
+    """What the inference worker last wrote to ``triage:engine:metrics`` (empty when stale or absent)."""
+    from triage.realtime import ENGINE_METRICS_KEY, ENGINE_METRICS_STALE_S, redis_client
+
+    raw = redis_client().hgetall(ENGINE_METRICS_KEY)
+    if not raw:
+        return {}
+    try:
+        values = {k: float(v) for k, v in raw.items()}
+    except ValueError:
+        return {}
+    if time.time() - values.get("updated_at", 0) > ENGINE_METRICS_STALE_S:
+        return {"stale": True}
+    return values
+
+
+def board_metrics(*, now: dt.datetime | None = None, window_s: int = METRICS_WINDOW_S) -> dict:
+    """The metrics panel over a sliding window of finished calls (DESIGN.md §4 definitions).
+
+    Waiting time is completion − arrival; TTFT is first token − arrival; a call meets its tier's
+    SLO when its TTFT and E2E are within the tier's p90 targets (a per-call test against the p90
+    target: at least 90% of calls should pass).
+    """
+    now = now or timezone.now()
+    since = now - dt.timedelta(seconds=window_s)
+    finished = list(
+        Call.objects.filter(status=CallStatus.DONE, done_at__gte=since)
+        .order_by("-done_at")
+        .values("level", "tier_id", "created_at", "first_token_at", "done_at")[:5000]
+    )
+    waiting_by_level: dict[str, list[float]] = {str(level): [] for level in range(1, 6)}
+    ttft: list[float] = []
+    tiers = {t.pk: t for t in Tier.objects.all()}
+    slo_hits: dict[int, list[bool]] = {pk: [] for pk in tiers}
+    for row in finished:
+        waited = (row["done_at"] - row["created_at"]).total_seconds()
+        if row["level"] in (1, 2, 3, 4, 5):
+            waiting_by_level[str(row["level"])].append(waited)
+        first = (row["first_token_at"] - row["created_at"]).total_seconds() if row["first_token_at"] else None
+        if first is not None:
+            ttft.append(first)
+        tier = tiers.get(row["tier_id"])
+        if tier is not None:
+            slo_hits[tier.pk].append(
+                first is not None and first <= tier.ttft_target_p90_s and waited <= tier.e2e_target_p90_s
+            )
+    preemptions = AuditEvent.objects.filter(
+        to_status=CallStatus.PREEMPTED, created_at__gte=now - dt.timedelta(seconds=PREEMPTION_WINDOW_S)
+    ).count()
+    engine = engine_metrics()
+    queue_counts: dict[str, int] = {s: 0 for s in ACTIVE_STATUSES}
+    for status in Call.objects.filter(status__in=ACTIVE_STATUSES).values_list("status", flat=True):
+        queue_counts[status] += 1
+    return {
+        "at": now.isoformat(),
+        "window_s": window_s,
+        "waiting_s": {level: _summary(values) for level, values in waiting_by_level.items()},
+        "ttft_s": _summary(ttft),
+        "preemptions_per_min": round(preemptions * 60.0 / PREEMPTION_WINDOW_S, 2),
+        "kv_use": _round(engine.get("kv_use")),
+        "tokens_per_s": _round(engine.get("tokens_per_s"), 1),
+        "engine_stale": bool(engine.get("stale")) or not engine,
+        "slo": [
+            {
+                "tier_id": pk,
+                "name": tiers[pk].name,
+                "attained": _round(sum(hits) / len(hits)) if hits else None,
+                "n": len(hits),
+            }
+            for pk, hits in sorted(slo_hits.items(), key=lambda kv: (tiers[kv[0]].sort_order, tiers[kv[0]].name))
+        ],
+        "queue": queue_counts,
+        "finished": len(finished),
+    }

@@ -1,0 +1,114 @@
+"""Micro-batching for the triage task: under a burst, one task classifies many waiting calls at once.
+
+Per-call predictor calls dominate under spikes (one embedding pass each); a batched pass costs little more
+than a single one. A task claims its own call plus other ``received`` calls with
+``SELECT ... FOR UPDATE SKIP LOCKED`` (so concurrent workers never claim the same call), lingers up to
+``micro_batch_wait_ms`` while the batch is still growing, classifies the batch in one ``predict`` call and
+records it. The tasks of the calls it took find them triaged and return at once (idempotent).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from django.db import transaction
+
+from triage.models import Call, CallStatus, SchedulerSettings
+
+from .audit import SYSTEM_TRIAGE
+from .calls import call_transition
+from .triage import Prediction, calls_enqueue_or_leave_for_sweep, calls_triage_record
+
+LINGER_STEP_S = 0.01
+# What a classifier raises for an input it cannot take (as opposed to being broken itself).
+INPUT_ERRORS = (ValueError, TypeError, UnicodeError)
+logger = logging.getLogger(__name__)
+
+
+class Predictor(Protocol):
+    version: str
+
+    def predict(self, transcripts: Sequence[str]) -> Sequence[Prediction]: ...
+
+
+@dataclass
+class BatchOutcome:
+    triaged_ids: list[int] = field(default_factory=list)
+    skipped: str = ""  # why the task had nothing to do
+
+
+def call_triage_micro_batch(*, call_id: int, predictor: Predictor) -> BatchOutcome:
+    """Triage ``call_id`` (and, under a burst, other waiting calls with it). Safe to run twice."""
+    status = Call.objects.filter(pk=call_id).values_list("status", flat=True).first()
+    if status == CallStatus.TRIAGED:  # a retry after the enqueue step failed
+        calls_enqueue_or_leave_for_sweep(call_ids=[call_id])
+        return BatchOutcome(skipped="already triaged")
+    if status != CallStatus.RECEIVED:
+        return BatchOutcome(skipped=f"status {status}")
+    knobs = SchedulerSettings.load()
+    with transaction.atomic():
+        batch = _claim(call_id, knobs.micro_batch_max, knobs.micro_batch_wait_ms / 1000)
+        if not batch:
+            return BatchOutcome(skipped="claimed by another worker")
+        started = time.perf_counter()
+        batch, predictions = _predict(batch, predictor)
+        latency_ms = (time.perf_counter() - started) * 1000 / max(1, len(batch))
+        if batch:
+            calls_triage_record(
+                calls=batch, predictions=predictions, model_version=predictor.version, latency_ms=latency_ms
+            )
+    return BatchOutcome(triaged_ids=[call.pk for call in batch])
+
+
+def _predict(batch: list[Call], predictor: Predictor) -> tuple[list[Call], list[Prediction]]:
+    """One batched call; if the classifier rejects an input, one call at a time, and a call it cannot take
+    fails (``received → failed``, with the reason) instead of poisoning every batch the sweep puts it in.
+    Other errors (the classifier itself is broken) propagate: the task fails, the calls stay ``received``."""
+    try:
+        return batch, list(predictor.predict([call.transcript for call in batch]))
+    except INPUT_ERRORS:
+        logger.exception("batched classification of %d calls failed; classifying one by one", len(batch))
+    kept, predictions = [], []
+    for call in batch:
+        try:
+            [prediction] = predictor.predict([call.transcript])
+        except INPUT_ERRORS as exc:  # this call's own input breaks the classifier
+            call_transition(
+                call=call, to_status=CallStatus.FAILED, actor=SYSTEM_TRIAGE,
+                updates={"failure_reason": f"classifier error: {exc!r}"[:300]},
+            )
+            continue
+        kept.append(call)
+        predictions.append(prediction)
+    return kept, predictions
+
+
+def _claim(call_id: int, batch_max: int, wait_s: float) -> list[Call]:
+    """Lock ``call_id`` and up to ``batch_max - 1`` other waiting calls (oldest first), lingering while the
+    batch grows. Must run inside a transaction; returns [] when another worker holds ``call_id``."""
+    batch = list(_waiting().filter(pk=call_id))
+    if not batch:
+        return []
+    deadline = time.monotonic() + wait_s
+    more = _take_more(batch, batch_max)
+    while more and len(batch) < batch_max and time.monotonic() < deadline:
+        time.sleep(LINGER_STEP_S)  # a burst is in progress: give its other calls a moment to commit
+        more = _take_more(batch, batch_max)
+    return batch
+
+
+def _waiting():  # noqa: ANN202
+    return Call.objects.select_for_update(skip_locked=True).filter(status=CallStatus.RECEIVED)
+
+
+def _take_more(batch: list[Call], batch_max: int) -> list[Call]:
+    room = batch_max - len(batch)
+    if room <= 0:
+        return []
+    more = list(_waiting().exclude(pk__in=[c.pk for c in batch]).order_by("created_at", "pk")[:room])
+    batch.extend(more)
+    return more

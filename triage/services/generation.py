@@ -1,0 +1,99 @@
+"""Writes of the inference worker: generation state transitions and results, in batches, through
+``call_transition`` (row lock, allowed-transition check, audit row, dashboard event on commit).
+
+The worker buffers what happened to each call during a few engine iterations and hands it here in one go:
+one transaction per flush, so a burst of 32 calls costs one commit, not 32.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import transaction
+
+from scheduler.config import SchedulerConfig, TierPolicy
+from triage.models import FINAL_STATUSES, Call, CallStatus, SchedulerSettings, Tier
+from triage.services.calls import call_transition
+from triage.services.errors import DomainError
+
+logger = logging.getLogger(__name__)
+ACTOR = "system:inference"
+
+
+@dataclass
+class CallProgress:
+    """What happened to one call since the last flush: status changes in order, and its result if done."""
+
+    call_id: int
+    transitions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    guidance: str | None = None
+    output_tokens: int = 0
+
+    def move(self, to_status: str, **data: Any) -> None:
+        if self.transitions and self.transitions[-1][0] == to_status and to_status != CallStatus.PREEMPTED:
+            return
+        self.transitions.append((to_status, data))
+
+
+def calls_generation_record(*, progress: Iterable[CallProgress]) -> list[int]:
+    """Apply buffered transitions and results in one transaction; returns the ids of calls whose result is now
+    stored (or that were already final: nothing more to store), i.e. whose stream entries may be acknowledged.
+
+    A transition the call's current status does not allow (a dispatcher cancelled it meanwhile) is skipped."""
+    stored: list[int] = []
+    with transaction.atomic():
+        for p in progress:
+            call = Call.objects.filter(pk=p.call_id).first()
+            if call is None:
+                stored.append(p.call_id)  # deleted: nothing to keep
+                continue
+            for to_status, data in p.transitions:
+                if call.status in FINAL_STATUSES:
+                    break
+                if call.status == to_status and to_status != CallStatus.PREEMPTED:
+                    continue
+                updates = None
+                if to_status == CallStatus.DONE:
+                    updates = {"guidance": p.guidance or "", "output_tokens": p.output_tokens}
+                try:
+                    call_transition(call=call, to_status=to_status, actor=ACTOR, data=data or None, updates=updates)
+                except DomainError as exc:
+                    logger.info("call %s: %s -> %s skipped (%s)", call.pk, call.status, to_status, exc)
+            if call.status in FINAL_STATUSES:
+                stored.append(call.pk)
+    return stored
+
+
+def calls_final_ids(*, call_ids: Sequence[int]) -> set[int]:
+    """Which of these calls need no generation any more (done, failed or cancelled)."""
+    return set(Call.objects.filter(pk__in=list(call_ids), status__in=FINAL_STATUSES).values_list("pk", flat=True))
+
+
+def call_generation_fail(*, call_id: int, reason: str) -> None:
+    call = Call.objects.filter(pk=call_id).first()
+    if call is not None and call.status not in FINAL_STATUSES:
+        call_transition(call=call, to_status=CallStatus.FAILED, actor=ACTOR, updates={"failure_reason": reason[:300]})
+
+
+def scheduler_config_load(*, base: SchedulerConfig | None = None) -> SchedulerConfig:
+    """The live scheduler configuration: the SchedulerSettings row and the tiers, as plain dataclasses."""
+    s = SchedulerSettings.load()
+    tiers: Mapping[str, TierPolicy] = {
+        t.name: TierPolicy(
+            name=t.name, esi_levels=tuple(t.esi_levels or ()), ttft_target_mean_s=t.ttft_target_mean_s,
+            ttft_target_p90_s=t.ttft_target_p90_s, e2e_target_mean_s=t.e2e_target_mean_s,
+            e2e_target_p90_s=t.e2e_target_p90_s, tdg_weight=t.tdg_weight, max_preemptions=t.max_preemptions,
+            reserved_kv_fraction=t.reserved_kv_fraction, aging_step_s=t.aging_step_s,
+            aging_ceiling_level=t.aging_ceiling_level,
+        )
+        for t in Tier.objects.all()
+    }
+    base = base or SchedulerConfig()
+    return base.with_changes(
+        policy=s.policy, batch_size=s.batch_size, kv_capacity_blocks=s.kv_capacity_blocks, block_size=s.block_size,
+        preempt_on_arrival=s.preempt_on_arrival, limited_preemption_c=s.limited_preemption_c,
+        aging_enabled=s.aging_enabled, tiers=tiers or base.tiers,
+    )

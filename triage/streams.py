@@ -1,0 +1,64 @@
+"""The Redis side of the contracts in DESIGN.md §2b: the inference stream and the control channel.
+
+One connection pool per process, built lazily from ``settings.REDIS_URL``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from functools import lru_cache
+
+import redis
+from django.conf import settings
+from django.db import transaction
+
+logger = logging.getLogger(__name__)
+
+StreamFields = Mapping[str, str | int | float]
+
+
+@lru_cache(maxsize=4)
+def _client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5, health_check_interval=30)
+
+
+def get_redis() -> redis.Redis:
+    """The process-wide Redis client for ``settings.REDIS_URL`` (decoded bytes are left to callers)."""
+    return _client(settings.REDIS_URL)
+
+
+def inference_stream() -> str:
+    return settings.TRIAGE["INFERENCE_STREAM"]
+
+
+def control_channel() -> str:
+    return settings.TRIAGE["CONTROL_CHANNEL"]
+
+
+def stream_append_many(entries: Sequence[StreamFields]) -> list[str]:
+    """XADD each entry to the inference stream in one round trip; returns the entry ids.
+
+    Raises ``redis.RedisError`` when Redis is unreachable: callers decide what that means.
+    """
+    if not entries:
+        return []
+    pipe = get_redis().pipeline(transaction=False)
+    for fields in entries:
+        pipe.xadd(inference_stream(), dict(fields))
+    return [i.decode() if isinstance(i, bytes) else str(i) for i in pipe.execute()]
+
+
+def control_publish(message: Mapping) -> None:
+    """PUBLISH one control message now; a lost message is logged, never raised (pub/sub is at-most-once)."""
+    try:
+        get_redis().publish(control_channel(), json.dumps(dict(message)))
+    except redis.RedisError:
+        logger.exception("control message not published: %s", message)
+
+
+def control_publish_on_commit(message: Mapping) -> None:
+    """PUBLISH a control message once the current transaction commits (never for a rolled-back change)."""
+    payload = dict(message)
+    transaction.on_commit(lambda: control_publish(payload))

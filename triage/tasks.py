@@ -1,0 +1,62 @@
+"""Celery tasks: thin. They take ids, load what they need and call a service; both are idempotent."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+from typing import Any
+
+from celery import shared_task
+from django.conf import settings
+from django.db import DatabaseError
+from django.utils import timezone
+from django.utils.module_loading import import_string
+from redis import RedisError
+
+from triage.models import Call, CallStatus
+from triage.services.batching import Predictor, call_triage_micro_batch
+from triage.services.calls import send_triage_task
+from triage.services.triage import calls_enqueue_or_leave_for_sweep
+
+logger = logging.getLogger(__name__)
+
+# The queue comes from CELERY_TASK_ROUTES (the task attribute is deprecated).
+RELIABLE = {"acks_late": True, "reject_on_worker_lost": True}
+# OSError covers missing predictor files while `train_predictors` is still running.
+RETRYABLE = (DatabaseError, RedisError, OSError)
+
+
+def load_predictor() -> Predictor:
+    loader = import_string(settings.TRIAGE["PREDICTOR_LOADER"])
+    return loader(settings.TRIAGE["PREDICTORS_DIR"])
+
+
+@shared_task(
+    **RELIABLE, autoretry_for=RETRYABLE, retry_backoff=1, retry_backoff_max=60, retry_jitter=True, max_retries=10
+)
+def triage_call(call_id: int) -> dict[str, Any]:
+    """Classify a call (in a micro-batch under bursts), record the verdict, queue it for inference."""
+    outcome = call_triage_micro_batch(call_id=call_id, predictor=load_predictor())
+    return {"triaged": outcome.triaged_ids, "skipped": outcome.skipped}
+
+
+@shared_task(**RELIABLE, autoretry_for=RETRYABLE, retry_backoff=5, max_retries=3)
+def sweep_stuck_calls() -> dict[str, int]:
+    """Re-send calls left behind: ``received`` (task lost: broker down, worker killed) and ``triaged`` (the
+    stream append failed). Calls newer than SWEEP_STUCK_AFTER_S are left to their own task."""
+    cutoff = timezone.now() - timedelta(seconds=settings.TRIAGE["SWEEP_STUCK_AFTER_S"])
+    limit = settings.TRIAGE["SWEEP_BATCH_MAX"]
+    received = list(
+        Call.objects.filter(status=CallStatus.RECEIVED, created_at__lt=cutoff)
+        .order_by("created_at").values_list("pk", flat=True)[:limit]
+    )
+    resent = sum(send_triage_task(call_id) for call_id in received)
+    triaged = list(
+        Call.objects.filter(status=CallStatus.TRIAGED, triaged_at__lt=cutoff)
+        .order_by("triaged_at").values_list("pk", flat=True)[:limit]
+    )
+    queued = calls_enqueue_or_leave_for_sweep(call_ids=triaged) if triaged else []
+    if received or triaged:
+        logger.warning("sweep: re-sent %d of %d received calls, queued %d of %d triaged calls",
+                       resent, len(received), len(queued), len(triaged))
+    return {"received": len(received), "resent": resent, "triaged": len(triaged), "queued": len(queued)}
