@@ -126,7 +126,30 @@ class ModelRunner:
     # --- one forward pass ------------------------------------------------------------------------------
     @torch.inference_mode()
     def step(self, rows: Sequence[RowInput]) -> list[RowOutput]:
-        """Feed each row its new tokens on top of its cache; return each row's greedy next token."""
+        """Feed each row its new tokens on top of its cache; return each row's greedy next token.
+
+        A batch mixing prefills with decodes would pad every decode row to the longest prefill; instead the
+        prefill rows first compute the KV of all but their last token on their own (chunked prefill), then
+        every row feeds one token in the shared step."""
+        long_rows = [r for r in rows if len(r.new_token_ids) > 1]
+        if long_rows and len(long_rows) < len(rows):
+            self._prefill_apart([RowInput(r.request_id, r.new_token_ids[:-1]) for r in long_rows])
+            rows = [RowInput(r.request_id, r.new_token_ids[-1:]) for r in rows]
+        return self._forward(rows)
+
+    def _prefill_apart(self, rows: list[RowInput]) -> None:
+        """Compute these rows' KV in a batch of their own; their caches end up in the store."""
+        ids = [r.request_id for r in rows]
+        self.release(ids)
+        saved = (self._ids, self._layers, self._mask)
+        self._ids, self._layers, self._mask = [], [], None
+        try:
+            self._forward(rows)
+            self.release(ids)
+        finally:
+            self._ids, self._layers, self._mask = saved
+
+    def _forward(self, rows: Sequence[RowInput]) -> list[RowOutput]:
         ids = [r.request_id for r in rows]
         self._assemble(ids)
         past_mask = self._mask
