@@ -3,9 +3,9 @@ decision rule.
 
 Decision rule (cost-sensitive, tuned for under-triage): with cumulative probabilities
 P(ESI <= k), predict the most urgent level k whose cumulative probability reaches its threshold t_k.
-Thresholds below 0.5 make the rule err toward the more urgent of two close levels. They are tuned on a
-validation slice of the TRAIN split (held-out templates), never on the test split. Decision point D is
-applied as a rule on top: a call quoting a danger-zone vital sign is at least ESI 2 (the probabilities
+Thresholds below 0.5 make the rule err toward the more urgent of two close levels. They are tuned on
+out-of-fold predictions of the TRAIN split (folds grouped by template), never on the test split. Decision
+point D is applied as a rule on top: a call quoting a danger-zone vital sign is at least ESI 2 (the probabilities
 are the head's, unchanged).
 """
 

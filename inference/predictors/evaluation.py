@@ -65,7 +65,7 @@ def length_metrics(true_tokens: Sequence[int], pred_tokens: Sequence[int], basel
     }
 
 
-UNDER_TRIAGE_BUDGET = 0.03  # on validation; below the 5% target on test, leaving a margin
+UNDER_TRIAGE_BUDGET = 0.04  # on out-of-fold predictions of TRAIN; below the 5% target on test, leaving a margin
 
 
 def objective(metrics: dict[str, Any]) -> float:

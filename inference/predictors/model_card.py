@@ -61,8 +61,9 @@ def render_model_card(metrics: dict[str, Any]) -> str:
         "",
         "Decision rule: the most urgent level k with P(ESI <= k) >= t_k; thresholds t = "
         + ", ".join(f"{t:.2f}" for t in metrics["thresholds"])
-        + f", tuned on {metrics['validation']['n_validation']} validation calls "
-        f"({metrics['validation']['validation_templates']} templates held out of TRAIN), never on TEST.",
+        + f", tuned on out-of-fold predictions of all {metrics['validation']['n_validation']} TRAIN calls "
+        f"({metrics['validation']['folds']} folds grouped by template, "
+        f"{metrics['validation']['validation_templates']} templates), never on TEST.",
         "",
         *_per_level(esi),
         "",
@@ -76,7 +77,7 @@ def render_model_card(metrics: dict[str, Any]) -> str:
         f"{length['mean_abs_log_error']:.3f}) on {length['n']} calls; always predicting the train median "
         f"({length['baseline_tokens']} tokens) gives MAE {length['baseline_mae_tokens']:.1f}.",
         "",
-        "## Validation slice of TRAIN (used for tuning)",
+        "## Out-of-fold predictions of TRAIN (used for tuning)",
         "",
         "| decision rule | n | under-triage (ESI 1-2 -> 3-5) | macro recall | over-triage | under-triage (any level) | accuracy |",
         "|---|---|---|---|---|---|---|",

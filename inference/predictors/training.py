@@ -1,5 +1,5 @@
 """Training of the triage predictors: load the corpus, embed, fit both heads (seeded), tune the decision
-rule on a validation slice of TRAIN, evaluate on TEST through the saved bundle, write the model card.
+rule on out-of-fold predictions of TRAIN (folds grouped by template), evaluate on TEST through the saved bundle, write the model card.
 
     from inference.predictors.training import FULL, train
     metrics = train(FULL, out_dir=Path("models/predictors"))
@@ -41,7 +41,7 @@ class TrainingConfig:
     esi: HeadConfig
     length: HeadConfig
     seed: int = 20261122
-    validation_fraction: float = 0.2
+    folds: int = 5  # template-grouped folds of TRAIN whose out-of-fold predictions tune the thresholds
     train_limit: int | None = None  # a stratified subset, for the tiny config
     test_limit: int | None = None
     encoder: str = BUNDLED_MINILM
@@ -93,16 +93,21 @@ def evaluation_records(corpus: Sequence[Record], config: TrainingConfig) -> list
     return stratified_subset([r for r in corpus if r["split"] == "test"], config.test_limit, config.seed + 1)
 
 
-def validation_split(train: Sequence[Record], fraction: float, seed: int) -> tuple[list[Record], list[Record]]:
-    """Hold out whole templates of TRAIN (~``fraction`` per scenario-severity variant) for tuning."""
+def template_folds(train: Sequence[Record], k: int, seed: int) -> list[int]:
+    """A fold (0..k-1) per record, grouped by template: each scenario-severity variant's templates are dealt
+    round-robin over the folds (seeded shuffle and offset), so every fold holds out whole templates of (nearly)
+    every variant and no template is split between folds."""
     by_variant: dict[str, set[str]] = {}
     for r in train:
         by_variant.setdefault(r["template_id"].rsplit(".", 1)[0], set()).add(r["template_id"])
-    held: set[str] = set()
+    fold_of: dict[str, int] = {}
     for variant, templates in sorted(by_variant.items()):
-        k = max(1 if len(templates) >= 3 else 0, round(len(templates) * fraction))
-        held.update(random.Random(f"{seed}:{variant}").sample(sorted(templates), k))
-    return [r for r in train if r["template_id"] not in held], [r for r in train if r["template_id"] in held]
+        order = sorted(templates)
+        rng = random.Random(f"{seed}:folds:{variant}")
+        rng.shuffle(order)
+        offset = rng.randrange(k)
+        fold_of.update({t: (i + offset) % k for i, t in enumerate(order)})
+    return [fold_of[r["template_id"]] for r in train]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -139,26 +144,31 @@ def _esi_tensor(records: Sequence[Record]) -> torch.Tensor:
 def train_esi(
     encoder: SentenceEncoder, train: Sequence[Record], config: TrainingConfig
 ) -> tuple[EsiClassifier, dict[str, Any]]:
-    """Tune thresholds with a head fitted on TRAIN minus validation templates, then refit on all of TRAIN."""
-    fit, val = validation_split(train, config.validation_fraction, config.seed)
+    """Tune thresholds on out-of-fold predictions of TRAIN (K folds grouped by template, each predicted by a
+    head fitted exactly like the shipped one on the other folds), then fit the shipped head on all of TRAIN."""
     texts = [r["transcript"] for r in train]
-    x = esi_inputs(encoder.encode_calls(texts), texts)
-    index = {r["id"]: i for i, r in enumerate(train)}
-    x_fit, x_val = x[[index[r["id"]] for r in fit]], x[[index[r["id"]] for r in val]]
-    tuning_head = fit_esi_head(x_fit, _esi_tensor(fit), config.esi, config.seed)
-    with torch.inference_mode():
-        val_probs = torch.softmax(tuning_head(x_val), dim=1).double()
-    val_true = _esi_tensor(val).tolist()
-    val_texts = [r["transcript"] for r in val]
-    thresholds = tune_thresholds(val_probs, val_true, val_texts)
+    x, y = esi_inputs(encoder.encode_calls(texts), texts), _esi_tensor(train)
+    folds = template_folds(train, config.folds, config.seed)
+    oof = torch.zeros((len(train), 5), dtype=torch.float64)
+    for k in range(config.folds):
+        fit = torch.tensor([i for i, f in enumerate(folds) if f != k])
+        held = torch.tensor([i for i, f in enumerate(folds) if f == k])
+        if len(held) == 0 or len(fit) == 0:
+            continue
+        fold_head = fit_esi_head(x[fit], y[fit], config.esi, config.seed)
+        with torch.inference_mode():
+            oof[held] = torch.softmax(fold_head(x[held]), dim=1).double()
+    true = y.tolist()
+    thresholds = tune_thresholds(oof, true, texts)
     validation = {
-        "n_fit": len(fit),
-        "n_validation": len(val),
-        "validation_templates": len({r["template_id"] for r in val}),
-        "tuned": esi_metrics(val_true, apply_danger_zone_rule(decide_levels(val_probs, thresholds).tolist(), val_texts)),
-        "argmax": esi_metrics(val_true, (val_probs.argmax(dim=1) + 1).tolist()),
+        "method": f"{config.folds}-fold out-of-fold predictions of TRAIN, folds grouped by template",
+        "folds": config.folds,
+        "n_validation": len(train),
+        "validation_templates": len({r["template_id"] for r in train}),
+        "tuned": esi_metrics(true, apply_danger_zone_rule(decide_levels(oof, thresholds).tolist(), texts)),
+        "argmax": esi_metrics(true, (oof.argmax(dim=1) + 1).tolist()),
     }
-    head = fit_esi_head(x, _esi_tensor(train), config.esi, config.seed)
+    head = fit_esi_head(x, y, config.esi, config.seed)
     return EsiClassifier(head, thresholds), validation  # type: ignore[arg-type]
 
 

@@ -59,3 +59,16 @@ def test_without_real_lengths_the_label_source_says_proxy(tmp_path):
     records = [{"id": "a", "scenario": "fever", "esi": 4, "transcript": "hot"}]
     labels, source = length_labels(records, tmp_path / "absent.jsonl", count_tokens=lambda text: len(text.split()))
     assert source.startswith("proxy:") and labels["a"] >= 1
+
+
+def test_threshold_tuning_folds_hold_out_whole_templates_of_every_variant():
+    from inference.predictors.training import template_folds
+
+    train = [{"template_id": f"{variant}.{t}"} for variant in ("fall.hip", "burns.small") for t in range(5) for _ in range(3)]
+    folds = template_folds(train, 5, seed=7)
+    fold_of_template = {}
+    for record, fold in zip(train, folds, strict=True):
+        assert fold_of_template.setdefault(record["template_id"], fold) == fold  # a template is never split
+    for variant in ("fall.hip", "burns.small"):  # each variant's 5 templates are dealt over the 5 folds
+        assert sorted(f for t, f in fold_of_template.items() if t.startswith(variant)) == [0, 1, 2, 3, 4]
+    assert template_folds(train, 5, seed=7) == folds
