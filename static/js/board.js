@@ -197,7 +197,7 @@ function esiBadge(call) {
 function rowHtml(call, now) {
   const tier = state.tiers.get(call.tier_id);
   const selected = call.id === state.selectedId;
-  const preempt = call.preemption_count ? ` <span class="preempts" title="Preempted ${call.preemption_count} times">⏸ ${call.preemption_count}×</span>` : "";
+  const preempt = call.preemption_count ? ` <span class="preempts" title="Preempted ${call.preemption_count} times">${call.preemption_count}× preempted</span>` : "";
   const ack = call.acknowledged ? " <span class=\"ack\" title=\"Acknowledged\">✔ ack</span>" : "";
   return `<tr data-id="${call.id}" class="call-row esi-row-${call.level ?? "none"}${selected ? " selected" : ""}"${selected ? " aria-current=\"true\"" : ""}>
     <td>${esiBadge(call)}</td>
