@@ -16,9 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from django.conf import settings
-
-MANAGE = str(Path(settings.BASE_DIR) / "manage.py")
+MANAGE = str(Path(__file__).resolve().parent.parent / "manage.py")
 
 
 def free_port() -> int:
