@@ -175,6 +175,9 @@ TRIAGE = {
     "PREDICTORS_DIR": Path(os.environ.get("TRIAGE_PREDICTORS_DIR", MODELS_DIR / "predictors")),
     # Dotted path of `load(path=None) -> TriagePredictor` used by the Celery triage task.
     "PREDICTOR_LOADER": os.environ.get("TRIAGE_PREDICTOR_LOADER", "inference.predictors.load_triage_predictor"),
+    # Calls accepted within this many seconds of a published, not yet started triage task share it (0: a
+    # task per call). The TTL only bounds how long a lost publish can hold the slot; the sweep re-sends.
+    "TRIAGE_TASK_COALESCE_S": float(os.environ.get("TRIAGE_TASK_COALESCE_S", "10")),
     "SWEEP_BATCH_MAX": int(os.environ.get("TRIAGE_SWEEP_BATCH_MAX", "500")),
     # How long a web process may trust a token it has verified (rotation/deactivation delay, in seconds).
     "API_TOKEN_CACHE_S": float(os.environ.get("TRIAGE_API_TOKEN_CACHE_S", "5")),

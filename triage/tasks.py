@@ -15,7 +15,7 @@ from redis import RedisError
 
 from triage.models import Call, CallStatus
 from triage.services.batching import Predictor, call_triage_micro_batch
-from triage.services.calls import send_triage_task
+from triage.services.calls import send_triage_task, triage_task_started
 from triage.services.triage import calls_enqueue_or_leave_for_sweep
 
 logger = logging.getLogger(__name__)
@@ -35,7 +35,9 @@ def load_predictor() -> Predictor:
     **RELIABLE, autoretry_for=RETRYABLE, retry_backoff=1, retry_backoff_max=60, retry_jitter=True, max_retries=10
 )
 def triage_call(call_id: int) -> dict[str, Any]:
-    """Classify a call (in a micro-batch under bursts), record the verdict, queue it for inference."""
+    """Classify a call and every other waiting one (micro-batches under bursts), record the verdicts, queue
+    them for inference."""
+    triage_task_started()
     outcome = call_triage_micro_batch(call_id=call_id, predictor=load_predictor())
     return {"triaged": outcome.triaged_ids, "skipped": outcome.skipped}
 

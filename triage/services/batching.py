@@ -4,7 +4,9 @@ Per-call predictor calls dominate under spikes (one embedding pass each); a batc
 than a single one. A task claims its own call plus other ``received`` calls with
 ``SELECT ... FOR UPDATE SKIP LOCKED`` (so concurrent workers never claim the same call), lingers up to
 ``micro_batch_wait_ms`` while the batch is still growing, classifies the batch in one ``predict`` call and
-records it. The tasks of the calls it took find them triaged and return at once (idempotent).
+records it, and goes on claiming batches until nothing waits (the web process publishes at most one pending
+task per burst: ``send_triage_task``). The tasks of the calls it took find them triaged and return at once
+(idempotent).
 """
 
 from __future__ import annotations
@@ -20,10 +22,11 @@ from django.db import transaction
 from triage.models import Call, CallStatus, SchedulerSettings
 
 from .audit import SYSTEM_TRIAGE
-from .calls import call_transition
+from .calls import call_transition, send_triage_task
 from .triage import Prediction, calls_enqueue_or_leave_for_sweep, calls_triage_record
 
 LINGER_STEP_S = 0.01
+MAX_DRAIN_BATCHES = 50  # one task classifies at most this many batches before handing over
 # What a classifier raises for an input it cannot take (as opposed to being broken itself).
 INPUT_ERRORS = (ValueError, TypeError, UnicodeError)
 logger = logging.getLogger(__name__)
@@ -42,18 +45,40 @@ class BatchOutcome:
 
 
 def call_triage_micro_batch(*, call_id: int, predictor: Predictor) -> BatchOutcome:
-    """Triage ``call_id`` (and, under a burst, other waiting calls with it). Safe to run twice."""
+    """Triage ``call_id``, then every other waiting call, in micro-batches of at most ``micro_batch_max``.
+
+    Draining is what makes the coalesced publish of ``send_triage_task`` safe: this task also stands for the
+    calls whose publish it absorbed. Safe to run twice, and beside other workers (``SKIP LOCKED``)."""
+    outcome = BatchOutcome()
     status = Call.objects.filter(pk=call_id).values_list("status", flat=True).first()
     if status == CallStatus.TRIAGED:  # a retry after the enqueue step failed
         calls_enqueue_or_leave_for_sweep(call_ids=[call_id])
-        return BatchOutcome(skipped="already triaged")
-    if status != CallStatus.RECEIVED:
-        return BatchOutcome(skipped=f"status {status}")
+        outcome.skipped = "already triaged"
+    elif status != CallStatus.RECEIVED:
+        outcome.skipped = f"status {status}"
+    else:
+        own = _triage_one_batch(call_id, predictor)
+        if own is None:
+            outcome.skipped = "claimed by another worker"
+        else:
+            outcome.triaged_ids += own
+    for _ in range(MAX_DRAIN_BATCHES):
+        more = _triage_one_batch(None, predictor)
+        if not more:
+            return outcome
+        outcome.triaged_ids += more
+    send_triage_task(call_id)  # still more: hand the rest to a fresh task rather than hold this worker
+    return outcome
+
+
+def _triage_one_batch(call_id: int | None, predictor: Predictor) -> list[int] | None:
+    """Claim a batch (with ``call_id`` first, if given), classify and record it; the ids triaged. None: the
+    given call is held by another worker; []: nothing was waiting."""
     knobs = SchedulerSettings.load()
     with transaction.atomic():
         batch = _claim(call_id, knobs.micro_batch_max, knobs.micro_batch_wait_ms / 1000)
         if not batch:
-            return BatchOutcome(skipped="claimed by another worker")
+            return None if call_id is not None else []
         started = time.perf_counter()
         batch, predictions = _predict(batch, predictor)
         latency_ms = (time.perf_counter() - started) * 1000 / max(1, len(batch))
@@ -61,7 +86,7 @@ def call_triage_micro_batch(*, call_id: int, predictor: Predictor) -> BatchOutco
             calls_triage_record(
                 calls=batch, predictions=predictions, model_version=predictor.version, latency_ms=latency_ms
             )
-    return BatchOutcome(triaged_ids=[call.pk for call in batch])
+    return [call.pk for call in batch]
 
 
 def _predict(batch: list[Call], predictor: Predictor) -> tuple[list[Call], list[Prediction]]:
@@ -87,14 +112,17 @@ def _predict(batch: list[Call], predictor: Predictor) -> tuple[list[Call], list[
     return kept, predictions
 
 
-def _claim(call_id: int, batch_max: int, wait_s: float) -> list[Call]:
-    """Lock ``call_id`` and up to ``batch_max - 1`` other waiting calls (oldest first), lingering while the
-    batch grows. Must run inside a transaction; returns [] when another worker holds ``call_id``."""
-    batch = list(_waiting().filter(pk=call_id))
-    if not batch:
+def _claim(call_id: int | None, batch_max: int, wait_s: float) -> list[Call]:
+    """Lock ``call_id`` (if given) and other waiting calls up to ``batch_max`` (oldest first), lingering while
+    the batch grows. Must run inside a transaction; returns [] when another worker holds ``call_id`` or
+    nothing waits."""
+    batch = list(_waiting().filter(pk=call_id)) if call_id is not None else []
+    if call_id is not None and not batch:
         return []
     deadline = time.monotonic() + wait_s
     more = _take_more(batch, batch_max)
+    if not batch:
+        return []
     while more and len(batch) < batch_max and time.monotonic() < deadline:
         time.sleep(LINGER_STEP_S)  # a burst is in progress: give its other calls a moment to commit
         more = _take_more(batch, batch_max)

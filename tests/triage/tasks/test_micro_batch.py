@@ -30,13 +30,14 @@ def test_a_burst_of_waiting_calls_is_classified_in_one_predictor_call(
 
 
 @pytest.mark.django_db
-def test_the_batch_never_exceeds_micro_batch_max(recording_predictor, redis_conn):
+def test_a_burst_larger_than_micro_batch_max_is_drained_in_batches_of_at_most_max(recording_predictor, redis_conn):
     SchedulerSettings.objects.filter(pk=SchedulerSettings.load().pk).update(micro_batch_max=4)
     calls = [make_call() for _ in range(6)]
-    triage_call.run(calls[-1].pk)
-    assert recording_predictor.batches == [4]
-    assert Call.objects.get(pk=calls[-1].pk).status == CallStatus.TRIAGED  # its own call is always in
-    assert Call.objects.filter(status=CallStatus.RECEIVED).count() == 2
+    result = triage_call.run(calls[-1].pk)
+    assert recording_predictor.batches == [4, 2]
+    assert result["triaged"][0] == calls[-1].pk  # its own call is always in the first batch
+    assert sorted(result["triaged"]) == sorted(c.pk for c in calls)
+    assert not Call.objects.filter(status=CallStatus.RECEIVED).exists()
 
 
 @pytest.mark.django_db
