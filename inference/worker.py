@@ -22,6 +22,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import redis
@@ -237,17 +238,18 @@ class InferenceWorker:
     # --- after each iteration -------------------------------------------------------------------------------
     def _record(self, result: StepResult) -> None:
         pending = self._pending
+        at = datetime.now(UTC)
         for rid, mode, kept in result.preempted:
-            pending.of(int(rid)).move(CallStatus.PREEMPTED, mode=str(mode), kept_tokens=kept)
+            pending.of(int(rid)).move(CallStatus.PREEMPTED, at=at, mode=str(mode), kept_tokens=kept)
             self.stats[f"preemptions_{mode}"] += 1
         for rid in result.paused_ids:
-            pending.of(int(rid)).move(CallStatus.PREEMPTED, mode="paused")
+            pending.of(int(rid)).move(CallStatus.PREEMPTED, at=at, mode="paused")
             self.stats["preemptions_paused"] += 1
         for t in result.tokens:
             call_id = int(t.request_id)
             if t.index == 0 and result.stage is not None:
-                pending.of(call_id).move(CallStatus.PREFILLING)
-            pending.of(call_id).move(CallStatus.DECODING)
+                pending.of(call_id).move(CallStatus.PREFILLING, at=at)
+            pending.of(call_id).move(CallStatus.DECODING, at=at)
             pending.tokens.append((call_id, t.index, t.text))
         for f in result.finished:
             call_id = int(f.request_id)
@@ -257,7 +259,7 @@ class InferenceWorker:
                 continue
             p = pending.of(call_id)
             p.guidance, p.output_tokens = f.text.strip(), f.output_tokens
-            p.move(CallStatus.DONE, output_tokens=f.output_tokens, reason=f.reason)
+            p.move(CallStatus.DONE, at=at, output_tokens=f.output_tokens, reason=f.reason)
             pending.done.append((call_id, "done"))
         now = time.time()
         self._tokens_window.append((now, len(result.tokens)))

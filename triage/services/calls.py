@@ -147,10 +147,12 @@ def call_transition(
     actor: Actor,
     data: Mapping[str, Any] | None = None,
     updates: Mapping[str, Any] | None = None,
+    at: datetime | None = None,
 ) -> Call:
     """Move a call to ``to_status``: row lock, ALLOWED_TRANSITIONS check, timestamp, audit row, dashboard event.
 
-    ``updates`` may set ``guidance``, ``output_tokens`` and ``failure_reason`` with the status. The row is
+    ``updates`` may set ``guidance``, ``output_tokens`` and ``failure_reason`` with the status; ``at`` is when
+    the change happened, if earlier than now (the inference worker writes in batches). The row is
     re-read under ``SELECT ... FOR UPDATE``, so a stale ``call`` instance cannot skip a check; the caller's
     instance is refreshed with the result.
     """
@@ -161,7 +163,7 @@ def call_transition(
     with transaction.atomic():
         locked = Call.objects.select_for_update().get(pk=call.pk)
         from_status = locked.status
-        changed = apply_transition(locked, to_status, now=timezone.now())
+        changed = apply_transition(locked, to_status, now=at or timezone.now())
         for name, value in extra.items():
             setattr(locked, name, value)
         locked.save(update_fields=[*changed, *extra])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -25,17 +26,18 @@ ACTOR = "system:inference"
 
 @dataclass
 class CallProgress:
-    """What happened to one call since the last flush: status changes in order, and its result if done."""
+    """What happened to one call since the last flush: status changes in order, each with the time it happened
+    in the engine (the call's timestamps say when, not when the flush wrote them), and its result if done."""
 
     call_id: int
-    transitions: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    transitions: list[tuple[str, dict[str, Any], datetime | None]] = field(default_factory=list)
     guidance: str | None = None
     output_tokens: int = 0
 
-    def move(self, to_status: str, **data: Any) -> None:
+    def move(self, to_status: str, *, at: datetime | None = None, **data: Any) -> None:
         if self.transitions and self.transitions[-1][0] == to_status and to_status != CallStatus.PREEMPTED:
             return
-        self.transitions.append((to_status, data))
+        self.transitions.append((to_status, data, at))
 
 
 def calls_generation_record(*, progress: Iterable[CallProgress]) -> list[int]:
@@ -50,7 +52,7 @@ def calls_generation_record(*, progress: Iterable[CallProgress]) -> list[int]:
             if call is None:
                 stored.append(p.call_id)  # deleted: nothing to keep
                 continue
-            for to_status, data in p.transitions:
+            for to_status, data, at in p.transitions:
                 if call.status in FINAL_STATUSES:
                     break
                 if call.status == to_status and to_status != CallStatus.PREEMPTED:
@@ -59,7 +61,9 @@ def calls_generation_record(*, progress: Iterable[CallProgress]) -> list[int]:
                 if to_status == CallStatus.DONE:
                     updates = {"guidance": p.guidance or "", "output_tokens": p.output_tokens}
                 try:
-                    call_transition(call=call, to_status=to_status, actor=ACTOR, data=data or None, updates=updates)
+                    call_transition(
+                        call=call, to_status=to_status, actor=ACTOR, data=data or None, updates=updates, at=at
+                    )
                 except DomainError as exc:
                     logger.info("call %s: %s -> %s skipped (%s)", call.pk, call.status, to_status, exc)
             if call.status in FINAL_STATUSES:

@@ -8,7 +8,9 @@ inference worker with `--policy P` before each policy). With --url it drives a r
 whatever policy that stack runs (labelled "live").
 
 Per call, from the database: TTFT = first_token_at - created_at, E2E = done_at - created_at, normalized
-wait = E2E / output_tokens; preemptions by mode from the `call.preempted` audit rows.
+wait = E2E / output_tokens (the worker stamps each transition with the time it happened in the engine);
+preemptions by mode from the `call.preempted` audit rows. Per level also the TTFT's two parts: accepted ->
+classified (`triage_p50`) and queued -> first token (`queued_to_first_token_p50`).
 """
 
 from __future__ import annotations
@@ -65,10 +67,14 @@ def summarise(policy: str, call_ids: list[int]) -> dict:
         ttft = [(c.first_token_at - c.created_at).total_seconds() for c in group]
         e2e = [(c.done_at - c.created_at).total_seconds() for c in group]
         norm = [(c.done_at - c.created_at).total_seconds() / max(1, c.output_tokens) for c in group]
+        # Where the TTFT went: accepted -> classified (Celery), queued -> first token (the LLM scheduler).
+        triage = [(c.triaged_at - c.created_at).total_seconds() for c in group if c.triaged_at]
+        engine = [(c.first_token_at - c.queued_at).total_seconds() for c in group if c.queued_at]
         by_esi[str(level)] = {
             "count": len(group), "ttft_p50": percentile(ttft, 0.5), "ttft_p99": percentile(ttft, 0.99),
             "e2e_p50": percentile(e2e, 0.5), "e2e_p99": percentile(e2e, 0.99),
             "normalized_wait_mean": round(sum(norm) / len(norm), 4) if norm else None,
+            "triage_p50": percentile(triage, 0.5), "queued_to_first_token_p50": percentile(engine, 0.5),
         }
     preemptions = {"swap": 0, "recompute": 0, "partial": 0}
     for data in AuditEvent.objects.filter(call_id__in=call_ids, action="call.preempted").values_list("data", flat=True):
@@ -192,10 +198,11 @@ class Command(BaseCommand):
         w = self.stdout.write
         w(f"\n== {r['policy']}: {r['completed']}/{r['calls']} done, {r['throughput_tokens_per_s']} tok/s, "
           f"preemptions {r['preemptions']}")
-        w("ESI  count  TTFT p50   TTFT p99   E2E p50    E2E p99    norm wait")
+        w("ESI  count  TTFT p50   TTFT p99   E2E p50    E2E p99    norm wait  triage p50 engine p50")
         for level, s in r["by_esi"].items():
             w(f"{level:>3}  {s['count']:>5}  {_f(s['ttft_p50'])}  {_f(s['ttft_p99'])}  {_f(s['e2e_p50'])}  "
-              f"{_f(s['e2e_p99'])}  {_f(s['normalized_wait_mean'])}")
+              f"{_f(s['e2e_p99'])}  {_f(s['normalized_wait_mean'])}  {_f(s['triage_p50'])}  "
+              f"{_f(s['queued_to_first_token_p50'])}")
         if "vs_fcfs" in r:
             w(f"vs FCFS: {json.dumps(r['vs_fcfs'])}")
 
