@@ -56,12 +56,19 @@ class Command(BaseCommand):
         parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TRIAGE_INFERENCE_METRICS_PORT", "0")),
                             help="serve Prometheus metrics on this port (0: off)")
         parser.add_argument("--threads", type=int, default=int(os.environ.get("TRIAGE_INFERENCE_THREADS", "2")))
+        parser.add_argument(
+            "--nice", type=int, default=int(os.environ.get("TRIAGE_INFERENCE_NICE", "10")),
+            help="CPU niceness increment: where web, Celery and the engine share CPU cores, classifying and "
+                 "accepting new calls must not queue behind generation (0: off)",
+        )
 
     def handle(self, *args, **opts) -> None:  # noqa: ANN002, ANN003
         backend = settings.TRIAGE["INFERENCE_BACKEND"]
         if backend != "hf":
             raise SystemExit(f"INFERENCE_BACKEND={backend}: this worker drives the transformers engine; the vLLM "
                              "backend (inference/backends/vllm.py) runs in the GPU image")
+        if opts["nice"]:
+            os.nice(opts["nice"])
         torch.set_num_threads(opts["threads"])
         engine = build_engine(opts["model"], opts["device"], opts["policy"], opts["max_new_tokens"])
         worker = InferenceWorker(engine, get_redis(), WorkerOptions(
