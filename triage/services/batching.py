@@ -7,6 +7,11 @@ than a single one. A task claims its own call plus other ``received`` calls with
 records it, and goes on claiming batches until nothing waits (the web process publishes at most one pending
 task per burst: ``send_triage_task``). The tasks of the calls it took find them triaged and return at once
 (idempotent).
+
+When more calls wait than one batch takes, a lexical pre-screen of the ESI decision points
+(inference/predictors/screen.py) picks which go first: likely life-threatening calls, then the rest, none
+deferred more than ``SCREEN_MAX_DEFER_S``. In a burst the classifier is a queue too, and its order decides
+how soon the LLM scheduler even knows a call is urgent.
 """
 
 from __future__ import annotations
@@ -15,9 +20,11 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from django.db import transaction
+from django.utils import timezone
 
 from triage.models import Call, CallStatus, SchedulerSettings
 
@@ -26,6 +33,11 @@ from .calls import call_transition, send_triage_task
 from .triage import Prediction, calls_enqueue_or_leave_for_sweep, calls_triage_record
 
 LINGER_STEP_S = 0.01
+# A burst's backlog is ranked by the lexical pre-screen (inference/predictors/screen.py) in windows of this
+# many oldest waiting calls; a call is never deferred past SCREEN_MAX_DEFER_S (then arrival order rules).
+SCREEN_WINDOW = 512
+SCREEN_MAX_DEFER_S = 5.0
+_SCREEN_CACHE: dict[int, int] = {}  # call id -> screen score, per Celery process
 MAX_DRAIN_BATCHES = 50  # one task classifies at most this many batches before handing over
 # What a classifier raises for an input it cannot take (as opposed to being broken itself).
 INPUT_ERRORS = (ValueError, TypeError, UnicodeError)
@@ -134,9 +146,38 @@ def _waiting():  # noqa: ANN202
 
 
 def _take_more(batch: list[Call], batch_max: int) -> list[Call]:
+    """Lock up to the batch's room of other waiting calls: overdue ones (waiting longer than
+    ``SCREEN_MAX_DEFER_S``) in arrival order, then by the lexical pre-screen (likely ESI 1-2 first), then
+    oldest. Only a backlog larger than the room is ranked, so quiet times stay plain FIFO."""
     room = batch_max - len(batch)
     if room <= 0:
         return []
-    more = list(_waiting().exclude(pk__in=[c.pk for c in batch]).order_by("created_at", "pk")[:room])
+    taken = [c.pk for c in batch]
+    window = list(
+        Call.objects.filter(status=CallStatus.RECEIVED).exclude(pk__in=taken)
+        .order_by("created_at", "pk").values_list("pk", "created_at", "transcript")[:SCREEN_WINDOW]
+    )
+    if len(window) > room:
+        window = _ranked_for_triage(window)[:room]
+    more = list(_waiting().filter(pk__in=[pk for pk, _, _ in window]).order_by("created_at", "pk"))
     batch.extend(more)
     return more
+
+
+def _ranked_for_triage(window: list[tuple[int, datetime, str]]) -> list[tuple[int, datetime, str]]:
+    from inference.predictors.screen import screen_score  # regexes only; Celery's import, not the web's
+
+    overdue_before = timezone.now() - timedelta(seconds=SCREEN_MAX_DEFER_S)
+
+    def rank(row: tuple[int, datetime, str]) -> tuple:
+        pk, created_at, transcript = row
+        if created_at < overdue_before:
+            return (0, 0, created_at, pk)
+        score = _SCREEN_CACHE.get(pk)
+        if score is None:
+            if len(_SCREEN_CACHE) >= SCREEN_WINDOW * 8:
+                _SCREEN_CACHE.clear()
+            score = _SCREEN_CACHE[pk] = screen_score(transcript)
+        return (1, -score, created_at, pk)
+
+    return sorted(window, key=rank)

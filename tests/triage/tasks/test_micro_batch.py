@@ -121,3 +121,36 @@ def test_a_call_that_breaks_the_classifier_fails_alone_and_its_batch_is_triaged(
     poison.refresh_from_db()
     assert poison.status == CallStatus.FAILED and "classifier error" in poison.failure_reason
     assert set(Call.objects.filter(pk__in=[c.pk for c in good]).values_list("status", flat=True)) == {"triaged"}
+
+
+MINOR_TRANSCRIPT = "I twisted my ankle yesterday, it's a bit swollen, can I get something for it"
+
+
+@pytest.mark.django_db
+def test_a_backlog_is_classified_likely_life_threatening_calls_first(recording_predictor, redis_conn):
+    SchedulerSettings.objects.filter(pk=SchedulerSettings.load().pk).update(micro_batch_max=3)
+    minor = [make_call(transcript=MINOR_TRANSCRIPT) for _ in range(5)]
+    arrests = [make_call(transcript=ARREST_TRANSCRIPT) for _ in range(2)]
+    result = triage_call.run(minor[0].pk)
+    assert recording_predictor.batches == [3, 3, 1]
+    first_batch = result["triaged"][:3]
+    assert first_batch[0] == minor[0].pk  # the task's own call
+    assert set(first_batch[1:]) == {a.pk for a in arrests}  # posted last, classified first
+
+
+@pytest.mark.django_db
+def test_no_call_is_deferred_by_the_pre_screen_past_its_bound(recording_predictor, redis_conn):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from triage.services.batching import SCREEN_MAX_DEFER_S
+
+    SchedulerSettings.objects.filter(pk=SchedulerSettings.load().pk).update(micro_batch_max=2)
+    own = make_call(transcript=MINOR_TRANSCRIPT)
+    overdue = make_call(transcript=MINOR_TRANSCRIPT)
+    Call.objects.filter(pk=overdue.pk).update(created_at=timezone.now() - timedelta(seconds=SCREEN_MAX_DEFER_S + 1))
+    arrests = [make_call(transcript=ARREST_TRANSCRIPT) for _ in range(2)]
+    result = triage_call.run(own.pk)
+    assert result["triaged"][:2] == [own.pk, overdue.pk]
+    assert set(result["triaged"][2:]) == {a.pk for a in arrests}
