@@ -192,7 +192,7 @@ class InferenceWorker:
             self.engine.add_request(
                 str(call_id), f["prompt"], level=int(f.get("level") or 3), tier=f.get("tier") or None,
                 predicted_output_tokens=int(float(f.get("predicted_output_tokens") or 64)),
-                arrival_s=float(f.get("enqueued_at") or time.time()),
+                arrival_s=float(f.get("accepted_at") or f.get("enqueued_at") or time.time()),
             )
             admitted += 1
         self._wake.set()

@@ -186,7 +186,9 @@ def calls_enqueue_or_leave_for_sweep(*, call_ids: Sequence[int]) -> list[Call]:
 
 
 def inference_entry(call: Call, *, enqueued_at: float) -> dict[str, str | int | float]:
-    """One inference-stream entry (DESIGN.md §2b). ``enqueued_at`` is Unix time in seconds."""
+    """One inference-stream entry (DESIGN.md §2b, plus ``accepted_at``). Times are Unix seconds: ``accepted_at``
+    when the intake stored the call (the scheduler's arrival: FCFS order and aging count from it, so the time
+    a call spent in triage is not forgotten), ``enqueued_at`` when it entered this stream."""
     prompt = guidance_prompt(call)
     return {
         "call_id": call.pk,
@@ -196,4 +198,5 @@ def inference_entry(call: Call, *, enqueued_at: float) -> dict[str, str | int | 
         "prompt_tokens": estimate_prompt_tokens(prompt),
         "predicted_output_tokens": call.assessment.predicted_output_tokens,
         "enqueued_at": f"{enqueued_at:.6f}",
+        "accepted_at": f"{call.created_at.timestamp():.6f}",
     }

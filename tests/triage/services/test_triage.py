@@ -62,8 +62,10 @@ def test_after_commit_the_call_is_queued_with_one_stream_entry(
     assert transcript in entry["prompt"]
     assert int(entry["prompt_tokens"]) == estimate_prompt_tokens(entry["prompt"])
     assert int(entry["predicted_output_tokens"]) == prediction.predicted_output_tokens >= 1
-    assert float(entry["enqueued_at"]) > 0
-    assert set(entry) == {"call_id", "level", "tier", "prompt", "prompt_tokens", "predicted_output_tokens", "enqueued_at"}
+    assert float(entry["accepted_at"]) == call.created_at.timestamp() <= float(entry["enqueued_at"])
+    assert set(entry) == {
+        "call_id", "level", "tier", "prompt", "prompt_tokens", "predicted_output_tokens", "enqueued_at", "accepted_at"
+    }
     actions = list(AuditEvent.objects.filter(call=call).order_by("id").values_list("action", flat=True))
     assert actions == ["call.created", "call.triaged", "call.queued"]
 
