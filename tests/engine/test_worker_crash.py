@@ -9,6 +9,7 @@ exactly what the Celery task does).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -152,9 +153,27 @@ def _token_log(call_id: int) -> list[tuple[str, dict[str, str]]]:
     return realtime.redis_client().xrange(realtime.token_stream_key(call_id))
 
 
+def _taken_over(log: str) -> int:
+    """Entries a worker took over, at start ("reclaimed N") and later ("took over N")."""
+    return sum(int(n) for n in re.findall(r"(?:reclaimed|took over) (\d+) (?:pending )?stream entries", log))
+
+
+RESTARTS = {
+    # docker restart: same hostname, same consumer; its own pending entries come back at once
+    "same-consumer": ("first", ()),
+    # a replacement under a new name, long after the dead worker's last heartbeat: taken over at start
+    "new-consumer": ("second", ("--claim-idle-ms", "100")),
+    # a replacement under a new name before the dead worker's entries are idle long enough: taken over by
+    # the periodic claim once they are (a worker that only claimed at start left them pending for ever)
+    "new-consumer-early": ("second", ("--claim-idle-ms", "6000")),
+}
+
+
+@pytest.mark.parametrize("restart", list(RESTARTS))
 def test_sigkill_mid_burst_then_restart_loses_no_call_and_regenerates_none_already_stored(
-    start_inference_worker, isolated_stream, monkeypatch
+    start_inference_worker, isolated_stream, monkeypatch, restart
 ):
+    consumer, restart_args = RESTARTS[restart]
     stream = isolated_stream["TRIAGE_INFERENCE_STREAM"]
     r = get_redis()
     ids = _burst(BURST, monkeypatch)
@@ -162,7 +181,7 @@ def test_sigkill_mid_burst_then_restart_loses_no_call_and_regenerates_none_alrea
     assert sorted(int(f[b"call_id"]) for _, f in entries) == sorted(ids)  # one entry per call, on the stream
     assert set(_statuses(ids).values()) == {CallStatus.QUEUED}
 
-    first = start_inference_worker("first")
+    first = start_inference_worker("first", *(restart_args if restart == "new-consumer-early" else ()))
 
     def mid_burst() -> bool:
         counts = Counter(_statuses(ids).values())
@@ -181,8 +200,7 @@ def test_sigkill_mid_burst_then_restart_loses_no_call_and_regenerates_none_alrea
     pending = r.xpending(stream, GROUP)
     assert pending["pending"] >= len(unfinished)  # the dead worker's unacknowledged entries
 
-    # A new worker under another name (a replaced container): it must take over the dead consumer's entries.
-    second = start_inference_worker("second", "--claim-idle-ms", "100")
+    second = start_inference_worker(consumer, *restart_args)
     _wait_for(lambda: set(_statuses(ids).values()) == {CallStatus.DONE}, 60, "every call done", second, step_s=0.1)
     _wait_for(lambda: r.xpending(stream, GROUP)["pending"] == 0, 10, "every entry acknowledged", second)
 
@@ -195,7 +213,7 @@ def test_sigkill_mid_burst_then_restart_loses_no_call_and_regenerates_none_alrea
 
     # Nothing generated twice to completion: the new worker admitted exactly the calls not stored at the kill,
     # and the token logs of calls stored before the kill got no new token.
-    assert f"reclaimed {len(unfinished)} pending stream entries" in second.log(), second.log()[-3000:]
+    assert _taken_over(second.log()) == len(unfinished), second.log()[-3000:]
     for call_id in stored_before:
         assert len(_token_log(call_id)) == tokens_before[call_id], f"call {call_id} was generated again"
     for call_id in ids:
@@ -212,3 +230,50 @@ def test_sigkill_mid_burst_then_restart_loses_no_call_and_regenerates_none_alrea
             assert to_status in ALLOWED_TRANSITIONS[from_status], (call.pk, chain)
         assert [t for _, t, _ in chain].count(CallStatus.DONE) == 1 and chain[-1][1] == CallStatus.DONE, chain
         assert {a for f, _, a in chain if f in (CallStatus.QUEUED, *IN_FLIGHT)} == {"system:inference"}
+
+
+def test_a_live_workers_entries_are_not_taken_over_by_a_peer_but_a_dead_ones_are(tiny_backend, isolated_stream):
+    """The heartbeat: a worker slower than `claim_idle_ms` keeps its calls; once it stops beating they move."""
+    from inference.worker import InferenceWorker, WorkerOptions
+    from scheduler.config import SchedulerConfig
+    from scheduler.cost import PRESETS
+    from scheduler.policies import make_scheduler
+
+    def worker(consumer: str) -> InferenceWorker:
+        engine = tiny_backend.make_engine(make_scheduler(SchedulerConfig(), PRESETS["a100-4b"]), max_new_tokens=8)
+        return InferenceWorker(engine, get_redis(), WorkerOptions(
+            stream=isolated_stream["TRIAGE_INFERENCE_STREAM"], group=GROUP, consumer=consumer,
+            control_channel=isolated_stream["TRIAGE_CONTROL_CHANNEL"], claim_idle_ms=600,
+        ))
+
+    calls = [
+        Call.objects.create(external_id=f"hb-{i}", received_at=timezone.now(), transcript=TRANSCRIPTS[i],
+                            status=CallStatus.QUEUED, level=2)
+        for i in range(3)
+    ]
+    live, peer = worker("live"), worker("peer")
+    live.start()  # reads and heartbeats; its engine loop is not run, so the calls stay in flight
+    r = get_redis()
+    for call in calls:
+        r.xadd(isolated_stream["TRIAGE_INFERENCE_STREAM"], _entry_fields(call))
+    deadline = time.monotonic() + 5
+    while len(live.engine.sequences) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(live.engine.sequences) == 3
+    try:
+        time.sleep(1.5)  # well past claim_idle_ms since delivery
+        assert peer.claim_idle() == 0 and not peer.engine.sequences
+    finally:
+        live.stopped.set()  # the live worker "dies": its intake thread stops, and with it the heartbeat
+        for thread in live._threads:
+            thread.join(5)
+    time.sleep(0.8)
+    assert peer.claim_idle() == 3
+    assert sorted(peer.engine.sequences) == sorted(str(c.pk) for c in calls)
+
+
+def _entry_fields(call: Call) -> dict[str, str | int]:
+    from inference.guidance_corpus import guidance_prompt
+
+    return {"call_id": call.pk, "level": call.level, "tier": "", "prompt": guidance_prompt(call.transcript),
+            "prompt_tokens": 30, "predicted_output_tokens": 8, "enqueued_at": f"{time.time():.6f}"}
