@@ -12,6 +12,12 @@ Threads:
 SIGTERM: stop reading, finish what was admitted (drain), flush, exit. Anything unfinished stays pending in
 the stream and is reclaimed by the next worker: no call is lost, none is stored twice (a reclaimed entry
 whose call is already final is acknowledged without generating).
+
+Dead consumers: a live worker re-claims its own in-flight entries every `claim_idle_ms / 3` (XCLAIM to
+itself, JUSTID: resets their idle time, a heartbeat), so an entry idle for `claim_idle_ms` belongs to a
+worker that died. The intake thread takes such entries over (XAUTOCLAIM) at start and then periodically,
+so a worker started under a new name before a dead one's entries were idle long enough still gets them,
+and a slow live worker's calls are never generated a second time by its peer.
 """
 
 from __future__ import annotations
@@ -137,6 +143,14 @@ class InferenceWorker:
         own = self.redis.xreadgroup(self.opts.group, self.opts.consumer, {self.opts.stream: "0"}, count=10_000)
         for _, entries in own or []:
             claimed += self._admit(entries)
+        claimed += self.claim_idle()
+        if claimed:
+            log.info("reclaimed %d pending stream entries", claimed)
+        return claimed
+
+    def claim_idle(self) -> int:
+        """XAUTOCLAIM the entries idle for `claim_idle_ms` (their consumer stopped heartbeating: it died)."""
+        claimed = 0
         start = "0-0"
         while True:
             reply = self.redis.xautoclaim(
@@ -147,16 +161,41 @@ class InferenceWorker:
             claimed += self._admit(entries)
             if not entries or start in (b"0-0", "0-0"):
                 break
-        if claimed:
-            log.info("reclaimed %d pending stream entries", claimed)
         return claimed
 
+    def heartbeat(self) -> int:
+        """Reset the idle time of the entries pending on this consumer, so no peer takes them over while it lives.
+
+        Only entries still owned here are touched: one a peer took over (this worker looked dead, e.g. frozen
+        for `claim_idle_ms`) stays with the peer."""
+        ids = [
+            p["message_id"] for p in self.redis.xpending_range(
+                self.opts.stream, self.opts.group, min="-", max="+", count=10_000, consumername=self.opts.consumer,
+            )
+        ]
+        for i in range(0, len(ids), 1000):
+            # XCLAIM to itself with JUSTID: the idle time restarts, the delivery count does not grow.
+            self.redis.xclaim(self.opts.stream, self.opts.group, self.opts.consumer, 0, ids[i:i + 1000], justid=True)
+        return len(ids)
+
+    def _claim_interval_s(self) -> float:
+        return max(0.05, self.opts.claim_idle_ms / 3000)
+
     def _intake_loop(self) -> None:
-        while not self.stopping.is_set():
+        """Read new entries; every `claim_idle_ms / 3` heartbeat and take over dead workers' entries. While
+        draining (SIGTERM) it reads nothing new but keeps the heartbeat until the engine loop has returned."""
+        next_claim = time.monotonic() + self._claim_interval_s()
+        while not self.stopped.is_set():
+            if time.monotonic() >= next_claim:
+                next_claim = time.monotonic() + self._claim_interval_s()
+                self._heartbeat_and_claim()
+            if self.stopping.is_set():
+                self.stopped.wait(max(0.0, next_claim - time.monotonic()))
+                continue
             try:
                 reply = self.redis.xreadgroup(
                     self.opts.group, self.opts.consumer, {self.opts.stream: ">"}, count=self.opts.read_count,
-                    block=500,
+                    block=max(1, min(500, int(self._claim_interval_s() * 1000))),
                 )
             except redis.RedisError:
                 log.warning("stream read failed; retrying", exc_info=True)
@@ -165,6 +204,16 @@ class InferenceWorker:
             for _, entries in reply or []:
                 self._admit(entries)
         connection.close()  # this thread's own database connection
+
+    def _heartbeat_and_claim(self) -> None:
+        try:
+            self.heartbeat()
+            taken = 0 if self.stopping.is_set() else self.claim_idle()
+        except redis.RedisError:
+            log.warning("stream heartbeat/claim failed; retrying", exc_info=True)
+            return
+        if taken:
+            log.info("took over %d stream entries left by a dead worker", taken)
 
     def _admit(self, entries: list) -> int:
         """Hand stream entries to the engine; entries of calls already final are acknowledged at once."""
@@ -186,7 +235,8 @@ class InferenceWorker:
                 continue
             with self._entries_lock:
                 known = call_id in self._entries
-                self._entries[call_id].append(entry_id)
+                if entry_id not in self._entries[call_id]:  # re-claimed by this worker itself
+                    self._entries[call_id].append(entry_id)
             if known:
                 continue  # a duplicate entry for a call already in the engine: acknowledged with it
             self.engine.add_request(

@@ -51,7 +51,11 @@ class Command(BaseCommand):
             "--consumer", default=os.environ.get("TRIAGE_INFERENCE_CONSUMER", socket.gethostname()),
             help="consumer name in the stream group; a restart under the same name resumes its pending entries at once",
         )
-        parser.add_argument("--claim-idle-ms", type=int, default=30_000)
+        parser.add_argument(
+            "--claim-idle-ms", type=int, default=int(os.environ.get("TRIAGE_INFERENCE_CLAIM_IDLE_MS", "30000")),
+            help="stream entries idle this long belong to a dead worker and are taken over (live workers "
+                 "heartbeat theirs every third of it)",
+        )
         parser.add_argument("--max-new-tokens", type=int, default=384)
         parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TRIAGE_INFERENCE_METRICS_PORT", "0")),
                             help="serve Prometheus metrics on this port (0: off)")
