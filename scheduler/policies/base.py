@@ -175,6 +175,7 @@ class BaseScheduler(KVAllocation):
         if r is not None:
             r.refined_remaining_tokens = float(remaining_tokens)
             self._running_keys.pop(request_id, None)
+            self._control.append(("rekey", request_id))  # a waiting request's heap entry is re-keyed too
 
     # --- helpers policies use ----------------------------------------------------------------------
     def tier(self, r: Request) -> TierPolicy:
@@ -261,6 +262,10 @@ class BaseScheduler(KVAllocation):
                     self._running_keys.pop(r.id, None)
                     if r.id in self._heap_seq:
                         self._push(r, now_s)
+            elif kind == "rekey":
+                r = self.requests.get(arg)
+                if r is not None and r.id in self._heap_seq:
+                    self._push(r, now_s)
             elif kind == "config":
                 self._reconfigure(arg, now_s)
 
