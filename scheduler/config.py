@@ -84,6 +84,11 @@ class SchedulerConfig:
     # When the best request p* is decoding: "level" lets prefills of p*'s own level join and refills freed
     # slots with decode-ready requests; "paper" holds every prefill back (Hua et al. Algorithm 3 as written).
     stage_merge: str = "level"
+    # While p* decodes, prefills of less urgent requests may still fill free batch slots, but together they
+    # may take at most this share of the decode time (a credit of share x each estimated decode step, capped
+    # at share x p*'s predicted remaining time): p* is slowed by at most this fraction, and free slots do not
+    # stay empty at light load. 0: Algorithm 3 as written (every less urgent prefill waits for p*).
+    lower_prefill_share: float = 0.2
     # TRAIL's C for the `trail` policy when limited_preemption_c is None.
     trail_default_c: float = 0.8
 
@@ -96,6 +101,8 @@ class SchedulerConfig:
             raise ValueError(f"eviction must be one of {EVICTION_MODES}")
         if self.stage_merge not in ("level", "paper"):
             raise ValueError("stage_merge must be 'level' or 'paper'")
+        if not 0.0 <= self.lower_prefill_share < 1.0:
+            raise ValueError("lower_prefill_share must be in [0, 1)")
         if self.limited_preemption_c is not None and self.limited_preemption_c < 0:
             raise ValueError("limited_preemption_c must be >= 0 or None")
         if sum(t.reserved_kv_fraction for t in self.tiers.values()) > 0.9:

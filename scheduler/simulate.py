@@ -202,7 +202,8 @@ def _config_summary(config: SchedulerConfig, cost: CostModel) -> dict[str, Any]:
         "block_size": config.block_size, "preempt_on_arrival": config.preempt_on_arrival,
         "limited_preemption_c": config.limited_preemption_c, "aging_enabled": config.aging_enabled,
         "aging_step_s": sorted({t.aging_step_s for t in config.tiers.values()}),
-        "eviction": config.eviction, "stage_merge": config.stage_merge, "profile": cost.name,
+        "eviction": config.eviction, "stage_merge": config.stage_merge,
+        "lower_prefill_share": config.lower_prefill_share, "profile": cost.name,
     }
 
 
@@ -236,6 +237,7 @@ def build_config(args: argparse.Namespace, policy: str, cost: CostModel) -> Sche
         kv_capacity_blocks=args.kv_blocks or cost.kv_capacity_blocks(args.block_size), block_size=args.block_size,
         preempt_on_arrival=not args.no_preempt, limited_preemption_c=args.limited_preemption,
         aging_enabled=args.aging_step > 0, eviction=args.eviction, stage_merge=args.stage_merge,
+        lower_prefill_share=args.lower_prefill_share,
     )
     tiers = {}
     for name, tier in config.tiers.items():
@@ -265,6 +267,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--kv-blocks", type=int, default=None, help="override the profile's KV capacity")
     ap.add_argument("--eviction", default="cost", choices=("cost", "recompute", "swap"))
     ap.add_argument("--stage-merge", default="level", choices=("level", "paper"))
+    ap.add_argument("--lower-prefill-share", type=float, default=SchedulerConfig.lower_prefill_share,
+                    metavar="RHO", help="share of p*'s decode time less urgent prefills may take (0: Algorithm 3)")
     ap.add_argument("--no-preempt", action="store_true", help="no preemption on arrival")
     ap.add_argument("--limited-preemption", type=float, default=None, metavar="C")
     ap.add_argument("--max-preemptions", type=int, default=None, help="per-request cap (default: tiers' 8)")

@@ -67,6 +67,7 @@ class BaseScheduler(KVAllocation):
         self._tier_cache: dict[tuple[str | None, int], TierPolicy] = {}
         self.eviction_heap = EvictionHeap()
         self.memory = KVMemory(config.kv_capacity_blocks, config.block_size, self._reserved_blocks(config))
+        self._lower_prefill_credit_s = 0.0  # see _decode_batch
         self.preemptions = 0
         self.swapped_tokens = 0
         self.recomputed_tokens = 0
@@ -174,6 +175,7 @@ class BaseScheduler(KVAllocation):
         if r is not None:
             r.refined_remaining_tokens = float(remaining_tokens)
             self._running_keys.pop(request_id, None)
+            self._control.append(("rekey", request_id))  # a waiting request's heap entry is re-keyed too
 
     # --- helpers policies use ----------------------------------------------------------------------
     def tier(self, r: Request) -> TierPolicy:
@@ -260,6 +262,10 @@ class BaseScheduler(KVAllocation):
                     self._running_keys.pop(r.id, None)
                     if r.id in self._heap_seq:
                         self._push(r, now_s)
+            elif kind == "rekey":
+                r = self.requests.get(arg)
+                if r is not None and r.id in self._heap_seq:
+                    self._push(r, now_s)
             elif kind == "config":
                 self._reconfigure(arg, now_s)
 
@@ -349,20 +355,27 @@ class BaseScheduler(KVAllocation):
 
     def _decode_batch(self, best: Entry, candidates: list[Entry], dropped: list[Entry]) -> list[Entry]:
         """Hua et al. Algorithm 3, p* decoding: a less urgent prefill must not delay p*'s decode, so prefill
-        candidates go back to the queue. Two refinements (``config.stage_merge``):
-        - ``level`` (default): "less urgent" means a worse first key component (effective level): prefills of
-          p*'s own level still join; ``paper``: every prefill waits.
-        - the slots the prefills leave are offered to up to b further waiting requests that may join (paused
-          ones are decode-ready), so the batch does not drain while p* decodes. O(b log n)."""
+        candidates go back to the queue. Three refinements:
+        - ``config.stage_merge == "level"`` (default): "less urgent" means a worse first key component
+          (effective level): prefills of p*'s own level still join; ``"paper"``: every prefill waits.
+        - the slots the prefills leave are offered to up to 2x as many further waiting requests that may join
+          (paused ones are decode-ready), so the batch does not drain while p* decodes.
+        - ``config.lower_prefill_share`` (rho): a less urgent prefill may still take a free slot when the
+          prefill-time credit covers its cost. The credit grows by rho x the estimated decode step at every
+          such decision and is capped at rho x p*'s predicted remaining time, so less urgent prefills take at
+          most a share rho of p*'s decode time: p* finishes at most ~rho later, and at light load (where p* is
+          nearly always decoding) arrivals are no longer held back for p*'s whole life. O(b log n)."""
         same_level_joins = self.config.stage_merge == "level"
         level = best[0][0]
+        share = self.config.lower_prefill_share
+        cost = self.cost
 
         def may_join(e: Entry) -> bool:
             return decode_ready(e[3]) or (same_level_joins and e[0][0] <= level)
 
-        keep = []
+        keep, lower = [], []
         for e in candidates:
-            (keep if may_join(e) else dropped).append(e)
+            (keep if may_join(e) else lower).append(e)
         scanned = 0
         b = self.config.batch_size
         budget = 2 * (b - len(keep))
@@ -372,8 +385,32 @@ class BaseScheduler(KVAllocation):
                 break
             e = self._pop()
             scanned += 1
-            (keep if may_join(e) else dropped).append(e)
+            (keep if may_join(e) else lower).append(e)
+        if share > 0 and lower and len(keep) < b:
+            p = best[3]
+            step = cost.decode_step_s(sum(e[3].prompt_tokens + e[3].generated_tokens for e in keep))
+            cap = share * self.remaining_s(p)
+            credit = self._lower_prefill_credit_s = min(cap, self._lower_prefill_credit_s + share * step)
+            lower.sort(key=_entry_sort)
+            for i, e in enumerate(lower):
+                if len(keep) >= b:
+                    dropped.extend(lower[i:])
+                    break
+                c = self._prefill_cost_s(e[3])
+                if c > credit:
+                    dropped.extend(lower[i:])  # best first: a later one does not jump the queue
+                    break
+                credit -= c
+                keep.append(e)
+            self._lower_prefill_credit_s = credit
+        else:
+            dropped.extend(lower)
         return keep
+
+    def _prefill_cost_s(self, r: Request) -> float:
+        """What ``r`` adds to an iteration as a prefill: reload of its host KV plus its pending tokens; O(1)."""
+        cached = r.kv_tokens_on_device + r.kv_tokens_on_host
+        return self.cost.swap_s(r.kv_tokens_on_host) + self.cost.prefill_s(r.context_tokens - cached, cached)
 
     def _return_to_queue(self, r: Request, now_s: float, decision: Decision) -> None:
         """A request not selected: back into the schedule heap; a displaced running one is paused, its KV

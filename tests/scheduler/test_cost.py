@@ -72,3 +72,36 @@ def test_remaining_time_counts_reload_prefill_and_decode_still_owed():
     swapped = C.remaining_s(context_tokens=100, device_tokens=0, host_tokens=99, generated_tokens=5,
                             remaining_output_tokens=3)
     assert swapped == pytest.approx(C.swap_s(99) + C.decode_s(3, 100))
+
+
+def test_presets_carry_the_papers_appendix_b_coefficients():
+    # Hua et al. Appendix B, as in the authors' simulator (continuous_batching_code/main.py).
+    paper = {
+        "a100-4b": (1.46584975e-09, 1.0515576e-04, 5.91298857e-09, 1.195828e-02, 1e-4),
+        "a100-7b": (5.13462572e-07, 1.48057167e-04, 1.34911080e-08, 1.330198e-02, 1e-4),
+        "a5000-7b": (1.85905340e-09, 2.17527368e-04, 2.11725653e-06, 2.72656264e-02, 3e-4),
+        "a5000-4b": (1.58625005e-09, 1.30542054e-04, 2.86938135e-06, 3.00834536e-02, 3e-4),
+    }
+    for name, (a1, a2, g1, g2, beta) in paper.items():
+        c = PRESETS[name]
+        assert (c.alpha1, c.alpha2, c.gamma1, c.gamma2, c.beta_s_per_token) == (a1, a2, g1, g2, beta), name
+        assert c.iteration_overhead_s == 0.0, name  # gamma2 is a measured step time: overhead included
+
+
+def test_preset_iteration_costs_match_hand_computed_values():
+    c = PRESETS["a100-4b"]
+    # prefill of 250 tokens: 1.46584975e-9 * 62,500 + 1.0515576e-4 * 250 = 9.16156e-5 + 0.02628894 s
+    assert c.prefill_s(250) == pytest.approx(0.026380555609375)
+    # a decode step over 16 requests of 500 context tokens: 5.91298857e-9 * 8,000 + 1.195828e-2
+    assert c.decode_step_s(8000) == pytest.approx(0.01200558390856)
+
+
+def test_preset_cache_or_recompute_rule_matches_hand_computed_thresholds():
+    # A100: beta 1e-4 < alpha2 ~1.05e-4, so any prefilled cache is kept (reloading beats recomputing).
+    assert keep_or_recompute(1, PRESETS["a100-4b"]) and keep_or_recompute(1, PRESETS["a100-7b"])
+    # A5000 7B: keep iff n > (3e-4 - 2.17527368e-4) / 1.8590534e-9 = 44,362.9 tokens: beyond any context.
+    a5000 = PRESETS["a5000-7b"]
+    assert not keep_or_recompute(44_362, a5000)
+    assert keep_or_recompute(44_363, a5000)
+    # m* with gamma2 of ~12 ms and beta 1e-4: the numerator is negative, nothing decoded is kept.
+    assert optimal_decoded_tokens_to_keep(100, PRESETS["a100-4b"]) == 0.0

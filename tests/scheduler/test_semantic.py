@@ -41,7 +41,7 @@ def test_shorter_predicted_remaining_time_goes_first_within_a_level():
 
 def test_a_less_urgent_prefill_waits_while_the_most_urgent_request_decodes():
     for merge in ("paper", "level"):
-        s = sched(batch_size=3, stage_merge=merge)
+        s = sched(batch_size=3, stage_merge=merge, lower_prefill_share=0.0)
         top = req("top", 1, out=50)
         s.submit(top)
         step(s)
