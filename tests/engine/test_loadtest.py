@@ -25,6 +25,7 @@ def test_loadtest_replays_one_trace_per_policy_through_the_whole_stack_and_compa
         "DATABASE_URL": database_url_for_test_db(), "DATABASE_CONN_MAX_AGE": "0", "REDIS_URL": settings.REDIS_URL,
         "INFERENCE_MODEL": str(tiny_guidance_model), "TRIAGE_MODELS_DIR": str(tmp_path / "no-models"),
         "TRIAGE_INFERENCE_STREAM": f"test:loadtest:{suffix}", "TRIAGE_CONTROL_CHANNEL": f"test:loadtest-control:{suffix}",
+        "TRIAGE_INFERENCE_NICE": "0",  # on a busy CI machine a niced engine could miss the timeout
         **predictor_env(trained_predictors_dir),
     }
     for name, value in env.items():

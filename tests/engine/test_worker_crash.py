@@ -85,6 +85,7 @@ def start_inference_worker(tiny_guidance_model, isolated_stream, transactional_d
         "DATABASE_CONN_MAX_AGE": "0",
         "TRIAGE_MODELS_DIR": str(tmp_path / "no-models"),  # no calibrated cost model: the preset
         "TRIAGE_LOG_LEVEL": "INFO",
+        "TRIAGE_INFERENCE_NICE": "0",  # CPU priority is not what this test is about
     }
     started: list[WorkerProcess] = []
 
