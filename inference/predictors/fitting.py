@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .esi import N_LEVELS, EsiHead, apply_danger_zone_rule, decide_levels
+from .esi import N_LEVELS, EsiHead, NgramHead, apply_danger_zone_rule, decide_levels
 from .evaluation import esi_metrics, objective
 from .length import LengthHead
+from .ngrams import fit_idf, tfidf
 
 THRESHOLD_GRID = tuple(round(0.1 + 0.05 * i, 2) for i in range(12))  # 0.10 .. 0.65
 
@@ -71,6 +72,21 @@ def fit_esi_head(x: torch.Tensor, esi: torch.Tensor, cfg: HeadConfig, seed: int)
     torch.manual_seed(seed)
     labels = esi - 1
     model = EsiHead(x.shape[1], cfg.hidden, cfg.dropout)
+    loss = nn.CrossEntropyLoss(weight=class_weights(labels), label_smoothing=0.05)
+    with single_threaded():
+        return _fit(model, loss, x, labels, cfg, seed)  # type: ignore[return-value]
+
+
+def fit_ngram_head(
+    transcripts: Sequence[str], esi: torch.Tensor, cfg: HeadConfig, seed: int, buckets: int
+) -> NgramHead:
+    """Fit the idf on ``transcripts`` (TRAIN, or a fold's TRAIN part), then the linear head, like the MLP
+    (balanced class weights, label smoothing, seeded AdamW)."""
+    torch.manual_seed(seed)
+    labels = esi - 1
+    model = NgramHead(buckets)
+    model.idf.copy_(fit_idf(transcripts, buckets))
+    x = tfidf(transcripts, model.idf)
     loss = nn.CrossEntropyLoss(weight=class_weights(labels), label_smoothing=0.05)
     with single_threaded():
         return _fit(model, loss, x, labels, cfg, seed)  # type: ignore[return-value]
