@@ -12,7 +12,6 @@ TRAIN (buckets seen in fewer than ``min_df`` training calls get weight 0), each 
 
 from __future__ import annotations
 
-import math
 import re
 import zlib
 from collections.abc import Sequence
@@ -20,7 +19,7 @@ from collections.abc import Sequence
 import torch
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-DEFAULT_BUCKETS = 1 << 15
+DEFAULT_BUCKETS = 1 << 14
 
 
 def terms(text: str) -> list[str]:
@@ -53,9 +52,3 @@ def tfidf(texts: Sequence[str], idf: torch.Tensor) -> torch.Tensor:
     weighted = torch.where(counts > 0, 1 + torch.log(counts.clamp(min=1)), counts) * idf
     norms = weighted.norm(dim=1, keepdim=True).clamp(min=1e-12)
     return weighted / norms
-
-
-def idf_summary(idf: torch.Tensor) -> dict[str, float]:
-    used = int((idf > 0).sum())
-    return {"buckets": int(idf.shape[0]), "buckets_used": used, "max_idf": round(float(idf.max()), 3) if used else 0.0,
-            "ln_buckets": round(math.log(idf.shape[0]), 3)}

@@ -35,7 +35,6 @@ from .ngrams import DEFAULT_BUCKETS
 DEFAULT_CORPUS = REPO_ROOT / "fixtures" / "calls" / "calls.jsonl"
 Record = dict[str, Any]
 NGRAM_WEIGHT_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
-NGRAMS = HeadConfig(hidden=0, dropout=0.0, epochs=40, lr=1e-2, weight_decay=0.0, batch_size=64)
 
 
 @dataclass(frozen=True)
@@ -43,7 +42,7 @@ class TrainingConfig:
     name: str
     esi: HeadConfig
     length: HeadConfig
-    ngrams: HeadConfig | None = None  # the linear n-gram head averaged with the embedding head; None: embedding only
+    ngram_c: float | None = None  # inverse L2 strength of the linear n-gram head; None: the embedding head alone
     ngram_buckets: int = DEFAULT_BUCKETS
     ngram_weights: tuple[float, ...] = NGRAM_WEIGHT_GRID  # mixing weights tried on out-of-fold predictions
     seed: int = 20261122
@@ -60,13 +59,13 @@ FULL = TrainingConfig(
     name="full",
     esi=HeadConfig(hidden=256, dropout=0.2, epochs=40, lr=3e-3, weight_decay=1e-2, batch_size=128),
     length=HeadConfig(hidden=128, dropout=0.1, epochs=40, lr=3e-3, weight_decay=1e-2, batch_size=128),
-    ngrams=NGRAMS,
+    ngram_c=10.0,
 )
 TINY = TrainingConfig(
     name="tiny",
     esi=HeadConfig(hidden=128, dropout=0.1, epochs=20, lr=3e-3, weight_decay=1e-2, batch_size=64),
     length=HeadConfig(hidden=64, dropout=0.1, epochs=20, lr=3e-3, weight_decay=1e-2, batch_size=64),
-    ngrams=NGRAMS,
+    ngram_c=10.0,
     ngram_buckets=1 << 13,
     train_limit=300,
     test_limit=120,
@@ -160,7 +159,7 @@ def train_esi(
     x, y = esi_inputs(encoder.encode_calls(texts), texts), _esi_tensor(train)
     folds = template_folds(train, config.folds, config.seed)
     oof = torch.zeros((len(train), 5), dtype=torch.float64)
-    oof_ngrams = torch.zeros((len(train), 5), dtype=torch.float64) if config.ngrams is not None else None
+    oof_ngrams = torch.zeros((len(train), 5), dtype=torch.float64) if config.ngram_c is not None else None
     for k in range(config.folds):
         fit = [i for i, f in enumerate(folds) if f != k]
         held = [i for i, f in enumerate(folds) if f == k]
@@ -169,8 +168,8 @@ def train_esi(
         fold_head = fit_esi_head(x[fit], y[fit], config.esi, config.seed)
         with torch.inference_mode():
             oof[held] = torch.softmax(fold_head(x[held]), dim=1).double()
-        if config.ngrams is not None and oof_ngrams is not None:
-            fold_ngrams = fit_ngram_head([texts[i] for i in fit], y[fit], config.ngrams, config.seed, config.ngram_buckets)
+        if config.ngram_c is not None and oof_ngrams is not None:
+            fold_ngrams = fit_ngram_head([texts[i] for i in fit], y[fit], config.ngram_c, config.seed, config.ngram_buckets)
             with torch.inference_mode():
                 oof_ngrams[held] = torch.softmax(fold_ngrams.logits([texts[i] for i in held]), dim=1).double()
     true = y.tolist()
@@ -196,8 +195,8 @@ def train_esi(
     }
     head = fit_esi_head(x, y, config.esi, config.seed)
     ngram_head = None
-    if config.ngrams is not None and weight > 0:
-        ngram_head = fit_ngram_head(texts, y, config.ngrams, config.seed, config.ngram_buckets)
+    if config.ngram_c is not None and weight > 0:
+        ngram_head = fit_ngram_head(texts, y, config.ngram_c, config.seed, config.ngram_buckets)
     classifier = EsiClassifier(head, thresholds, ngram_head=ngram_head, ngram_weight=weight)  # type: ignore[arg-type]
     return classifier, validation
 
