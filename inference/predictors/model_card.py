@@ -94,7 +94,8 @@ def render_model_card(metrics: dict[str, Any]) -> str:
         "across splits: caller/tone/rambling phrases and, in about 85% of calls, one severity descriptor of the "
         "call's level (the answer to a key dispatch question, e.g. 'he won't wake up', 'it's sore but "
         "manageable'). The numbers measure generalisation to new phrasings of known scenarios, not to new "
-        "scenarios. Danger-zone vitals (decision point D) are a rule on top of the head: such a call is at "
+        "scenarios; the n-gram head reads those shared phrases literally, so it gains most from them. "
+        "Danger-zone vitals (decision point D) are a rule on top of the head: such a call is at "
         "least ESI 2.",
         "",
     ]
