@@ -30,12 +30,17 @@ def write_bundle(directory: Path, *, esi: Any, length: Any, manifest: dict[str, 
     """Write both heads and the manifest; returns the bundle version."""
     directory.mkdir(parents=True, exist_ok=True)
     weights = directory / WEIGHTS_NAME
-    save_file({**_prefixed("esi", esi.head.state_dict()), **_prefixed("length", length.head.state_dict())}, weights)
+    tensors = {**_prefixed("esi", esi.head.state_dict()), **_prefixed("length", length.head.state_dict())}
+    esi_manifest = {**manifest["esi"], "thresholds": list(esi.thresholds)}
+    if esi.ngram_head is not None:
+        tensors.update(_prefixed("esi_ngrams", esi.ngram_head.state_dict()))
+        esi_manifest["ngrams"] = {"buckets": int(esi.ngram_head.idf.shape[0]), "weight": esi.ngram_weight}
+    save_file(tensors, weights)
     manifest = {
         **manifest,
         "format": FORMAT,
         "weights": WEIGHTS_NAME,
-        "esi": {**manifest["esi"], "thresholds": list(esi.thresholds)},
+        "esi": esi_manifest,
         "length": {
             **manifest["length"],
             "log_mean": length.log_mean,
@@ -57,7 +62,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 def read_bundle(directory: Path):  # -> TriagePredictor (import cycle kept out of the signature)
     from . import TriagePredictor
     from .embedding import SentenceEncoder
-    from .esi import EsiClassifier, EsiHead, input_dim
+    from .esi import EsiClassifier, EsiHead, NgramHead, input_dim
     from .length import LengthHead, LengthPredictor
 
     manifest = read_manifest(directory)
@@ -69,11 +74,20 @@ def read_bundle(directory: Path):  # -> TriagePredictor (import cycle kept out o
     feature_dim = manifest["call_feature_dim"]
     esi_head = EsiHead(input_dim(feature_dim), esi_cfg["hidden"], esi_cfg["dropout"])
     esi_head.load_state_dict(_unprefixed("esi", tensors))
+    ngram_head = None
+    if "ngrams" in esi_cfg:  # bundles from before the n-gram head have none
+        ngram_head = NgramHead(esi_cfg["ngrams"]["buckets"])
+        ngram_head.load_state_dict(_unprefixed("esi_ngrams", tensors))
     length_head = LengthHead(feature_dim, len_cfg["hidden"], len_cfg["dropout"])
     length_head.load_state_dict(_unprefixed("length", tensors))
     return TriagePredictor(
         encoder=encoder,
-        esi=EsiClassifier(esi_head.eval(), tuple(esi_cfg["thresholds"])),
+        esi=EsiClassifier(
+            esi_head.eval(),
+            tuple(esi_cfg["thresholds"]),
+            ngram_head=ngram_head.eval() if ngram_head is not None else None,
+            ngram_weight=esi_cfg["ngrams"]["weight"] if ngram_head is not None else 0.0,
+        ),
         length=LengthPredictor(length_head.eval(), len_cfg["log_mean"], len_cfg["log_std"], len_cfg["max_tokens"]),
         version=manifest["version"],
     )

@@ -1,5 +1,8 @@
-"""ESI urgency classifier: a small MLP on [sentence embedding, vital-sign flags], and an urgency-biased
-decision rule.
+"""ESI urgency classifier: a small MLP on [sentence embedding, vital-sign flags], averaged with a linear head on
+hashed word n-gram TF-IDF features (``ngrams``), and an urgency-biased decision rule.
+
+Probabilities: (1 - w) * softmax(MLP) + w * softmax(n-gram head), w chosen on out-of-fold predictions of TRAIN
+(0 means the embedding head alone).
 
 Decision rule (cost-sensitive, tuned for under-triage): with cumulative probabilities
 P(ESI <= k), predict the most urgent level k whose cumulative probability reaches its threshold t_k.
@@ -18,9 +21,25 @@ import torch
 from torch import nn
 
 from .lexical import LEXICAL_DIM, danger_zone_vitals, lexical_features
+from .ngrams import tfidf
 
 N_LEVELS = 5
 DEFAULT_THRESHOLDS = (0.5, 0.5, 0.5, 0.5)
+
+
+class NgramHead(nn.Module):
+    """Multinomial logistic regression on TF-IDF n-grams; the fitted idf travels with the weights."""
+
+    def __init__(self, buckets: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(buckets, N_LEVELS)
+        self.register_buffer("idf", torch.zeros(buckets))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x)
+
+    def logits(self, transcripts: Sequence[str]) -> torch.Tensor:
+        return self.linear(tfidf(transcripts, self.idf))
 
 
 class EsiHead(nn.Module):
@@ -51,15 +70,27 @@ def decide_levels(probabilities: torch.Tensor, thresholds: Sequence[float]) -> t
     return reached.float().argmax(dim=1) + 1  # argmax returns the first True
 
 
+def mix(embedding_probs: torch.Tensor, ngram_probs: torch.Tensor | None, ngram_weight: float) -> torch.Tensor:
+    if ngram_probs is None or ngram_weight == 0:
+        return embedding_probs
+    return (1 - ngram_weight) * embedding_probs + ngram_weight * ngram_probs
+
+
 @dataclass
 class EsiClassifier:
     head: EsiHead
     thresholds: tuple[float, float, float, float]
+    ngram_head: NgramHead | None = None
+    ngram_weight: float = 0.0
 
     def probabilities(self, embeddings: torch.Tensor, transcripts: Sequence[str]) -> torch.Tensor:
         self.head.eval()
         with torch.inference_mode():
-            return torch.softmax(self.head(esi_inputs(embeddings, transcripts)), dim=1)
+            probs = torch.softmax(self.head(esi_inputs(embeddings, transcripts)), dim=1)
+            if self.ngram_head is None:
+                return probs
+            self.ngram_head.eval()
+            return mix(probs, torch.softmax(self.ngram_head.logits(transcripts), dim=1), self.ngram_weight)
 
     def predict(
         self, embeddings: torch.Tensor, transcripts: Sequence[str]

@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .esi import N_LEVELS, EsiHead, apply_danger_zone_rule, decide_levels
+from .esi import N_LEVELS, EsiHead, NgramHead, apply_danger_zone_rule, decide_levels
 from .evaluation import esi_metrics, objective
 from .length import LengthHead
+from .ngrams import fit_idf, tfidf
 
 THRESHOLD_GRID = tuple(round(0.1 + 0.05 * i, 2) for i in range(12))  # 0.10 .. 0.65
 
@@ -74,6 +75,32 @@ def fit_esi_head(x: torch.Tensor, esi: torch.Tensor, cfg: HeadConfig, seed: int)
     loss = nn.CrossEntropyLoss(weight=class_weights(labels), label_smoothing=0.05)
     with single_threaded():
         return _fit(model, loss, x, labels, cfg, seed)  # type: ignore[return-value]
+
+
+def fit_ngram_head(transcripts: Sequence[str], esi: torch.Tensor, c: float, seed: int, buckets: int) -> NgramHead:
+    """Fit the idf on ``transcripts`` (TRAIN, or a fold's TRAIN part), then the linear head to convergence:
+    full-batch L-BFGS on the class-balanced cross-entropy plus an L2 penalty of strength 1 / (2 c n) (the
+    objective of an L2 logistic regression with inverse regularisation ``c``). Deterministic: no sampling."""
+    torch.manual_seed(seed)
+    labels = esi - 1
+    model = NgramHead(buckets)
+    nn.init.zeros_(model.linear.weight), nn.init.zeros_(model.linear.bias)
+    model.idf.copy_(fit_idf(transcripts, buckets))
+    x = tfidf(transcripts, model.idf)
+    loss_fn = nn.CrossEntropyLoss(weight=class_weights(labels))
+    penalty = 1.0 / (2 * c * len(labels))
+    optimiser = torch.optim.LBFGS(model.linear.parameters(), lr=1, max_iter=300, history_size=20,
+                                  tolerance_grad=1e-6, line_search_fn="strong_wolfe")
+
+    def closure() -> torch.Tensor:
+        optimiser.zero_grad()
+        loss = loss_fn(model(x), labels) + penalty * model.linear.weight.pow(2).sum()
+        loss.backward()
+        return loss
+
+    with single_threaded():
+        optimiser.step(closure)
+    return model.eval()
 
 
 def fit_length_head(x: torch.Tensor, standardised_log_tokens: torch.Tensor, cfg: HeadConfig, seed: int) -> LengthHead:

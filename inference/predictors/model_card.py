@@ -43,7 +43,10 @@ def render_model_card(metrics: dict[str, Any]) -> str:
         f"# Model card: triage predictors `{metrics['version']}`",
         "",
         f"Config `{cfg['name']}` (seed {cfg['seed']}), encoder `{cfg['encoder']}` (all-MiniLM-L6-v2; per call, mean and max over clause embeddings), "
-        f"heads: MLP on [embedding, vital-sign flags] for ESI; MLP regression on log tokens for length.",
+        f"heads: for ESI, an MLP on [embedding, vital-sign flags] averaged with a linear head on hashed word 1-2-gram "
+        f"TF-IDF (n-gram weight {metrics['validation'].get('ngram_weight', 0.0)}, chosen on out-of-fold predictions "
+        f"of TRAIN from {', '.join(metrics['validation'].get('ngram_weights_tried', {})) or 'none'}); "
+        "MLP regression on log tokens for length.",
         f"Corpus `{corpus['path']}` (sha256 {corpus['sha256'][:12]}…): {corpus['train_calls']} train calls "
         f"({corpus['train_templates']} templates), {corpus['test_calls']} test calls ({corpus['test_templates']} "
         "held-out templates, none shared with train).",
@@ -83,13 +86,16 @@ def render_model_card(metrics: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|---|",
         _headline("tuned", metrics["validation"]["tuned"]),
         _headline("argmax", metrics["validation"]["argmax"]),
+        *([_headline("argmax, embedding head alone", metrics["validation"]["embedding_only_argmax"])]
+          if "embedding_only_argmax" in metrics["validation"] else []),
         "",
         "Limits: the corpus is synthetic (templates + slot fillers written by the team); real calls are messier. "
         "Test templates (the core sentence of a call) are never seen in training, but slot fillers are shared "
         "across splits: caller/tone/rambling phrases and, in about 85% of calls, one severity descriptor of the "
         "call's level (the answer to a key dispatch question, e.g. 'he won't wake up', 'it's sore but "
         "manageable'). The numbers measure generalisation to new phrasings of known scenarios, not to new "
-        "scenarios. Danger-zone vitals (decision point D) are a rule on top of the head: such a call is at "
+        "scenarios; the n-gram head reads those shared phrases literally, so it gains most from them. "
+        "Danger-zone vitals (decision point D) are a rule on top of the head: such a call is at "
         "least ESI 2.",
         "",
     ]

@@ -24,15 +24,17 @@ import torch
 from . import REPO_ROOT, TriagePrediction, TriagePredictor
 from .bundle import read_bundle, write_bundle
 from .embedding import BUNDLED_MINILM, SentenceEncoder
-from .esi import EsiClassifier, apply_danger_zone_rule, decide_levels, esi_inputs
-from .evaluation import esi_metrics, length_metrics
-from .fitting import HeadConfig, fit_esi_head, fit_length_head, tune_thresholds
+from .esi import EsiClassifier, apply_danger_zone_rule, decide_levels, esi_inputs, mix
+from .evaluation import esi_metrics, length_metrics, objective
+from .fitting import HeadConfig, fit_esi_head, fit_length_head, fit_ngram_head, tune_thresholds
 from .length import LengthPredictor
 from .length_labels import length_labels
 from .model_card import render_model_card
+from .ngrams import DEFAULT_BUCKETS
 
 DEFAULT_CORPUS = REPO_ROOT / "fixtures" / "calls" / "calls.jsonl"
 Record = dict[str, Any]
+NGRAM_WEIGHT_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,9 @@ class TrainingConfig:
     name: str
     esi: HeadConfig
     length: HeadConfig
+    ngram_c: float | None = None  # inverse L2 strength of the linear n-gram head; None: the embedding head alone
+    ngram_buckets: int = DEFAULT_BUCKETS
+    ngram_weights: tuple[float, ...] = NGRAM_WEIGHT_GRID  # mixing weights tried on out-of-fold predictions
     seed: int = 20261122
     folds: int = 5  # template-grouped folds of TRAIN whose out-of-fold predictions tune the thresholds
     train_limit: int | None = None  # a stratified subset, for the tiny config
@@ -54,11 +59,14 @@ FULL = TrainingConfig(
     name="full",
     esi=HeadConfig(hidden=256, dropout=0.2, epochs=40, lr=3e-3, weight_decay=1e-2, batch_size=128),
     length=HeadConfig(hidden=128, dropout=0.1, epochs=40, lr=3e-3, weight_decay=1e-2, batch_size=128),
+    ngram_c=10.0,
 )
 TINY = TrainingConfig(
     name="tiny",
     esi=HeadConfig(hidden=128, dropout=0.1, epochs=20, lr=3e-3, weight_decay=1e-2, batch_size=64),
     length=HeadConfig(hidden=64, dropout=0.1, epochs=20, lr=3e-3, weight_decay=1e-2, batch_size=64),
+    ngram_c=10.0,
+    ngram_buckets=1 << 13,
     train_limit=300,
     test_limit=120,
 )
@@ -144,32 +152,53 @@ def _esi_tensor(records: Sequence[Record]) -> torch.Tensor:
 def train_esi(
     encoder: SentenceEncoder, train: Sequence[Record], config: TrainingConfig
 ) -> tuple[EsiClassifier, dict[str, Any]]:
-    """Tune thresholds on out-of-fold predictions of TRAIN (K folds grouped by template, each predicted by a
-    head fitted exactly like the shipped one on the other folds), then fit the shipped head on all of TRAIN."""
+    """Out-of-fold predictions of TRAIN (K folds grouped by template; each fold's heads, idf included, fitted
+    exactly like the shipped ones on the other folds) choose the n-gram mixing weight and tune the thresholds;
+    then the shipped heads are fitted on all of TRAIN."""
     texts = [r["transcript"] for r in train]
     x, y = esi_inputs(encoder.encode_calls(texts), texts), _esi_tensor(train)
     folds = template_folds(train, config.folds, config.seed)
     oof = torch.zeros((len(train), 5), dtype=torch.float64)
+    oof_ngrams = torch.zeros((len(train), 5), dtype=torch.float64) if config.ngram_c is not None else None
     for k in range(config.folds):
-        fit = torch.tensor([i for i, f in enumerate(folds) if f != k])
-        held = torch.tensor([i for i, f in enumerate(folds) if f == k])
-        if len(held) == 0 or len(fit) == 0:
+        fit = [i for i, f in enumerate(folds) if f != k]
+        held = [i for i, f in enumerate(folds) if f == k]
+        if not held or not fit:
             continue
         fold_head = fit_esi_head(x[fit], y[fit], config.esi, config.seed)
         with torch.inference_mode():
             oof[held] = torch.softmax(fold_head(x[held]), dim=1).double()
+        if config.ngram_c is not None and oof_ngrams is not None:
+            fold_ngrams = fit_ngram_head([texts[i] for i in fit], y[fit], config.ngram_c, config.seed, config.ngram_buckets)
+            with torch.inference_mode():
+                oof_ngrams[held] = torch.softmax(fold_ngrams.logits([texts[i] for i in held]), dim=1).double()
     true = y.tolist()
-    thresholds = tune_thresholds(oof, true, texts)
+    weights = config.ngram_weights if oof_ngrams is not None else (0.0,)
+    candidates = []  # (objective, -weight, weight, thresholds): ties keep the smaller n-gram weight
+    for weight in weights:
+        mixed = mix(oof, oof_ngrams, weight)
+        thresholds = tune_thresholds(mixed, true, texts)
+        levels = apply_danger_zone_rule(decide_levels(mixed, thresholds).tolist(), texts)
+        candidates.append((objective(esi_metrics(true, levels)), -weight, weight, thresholds))
+    _, _, weight, thresholds = max(candidates)
+    mixed = mix(oof, oof_ngrams, weight)
     validation = {
         "method": f"{config.folds}-fold out-of-fold predictions of TRAIN, folds grouped by template",
         "folds": config.folds,
         "n_validation": len(train),
         "validation_templates": len({r["template_id"] for r in train}),
-        "tuned": esi_metrics(true, apply_danger_zone_rule(decide_levels(oof, thresholds).tolist(), texts)),
-        "argmax": esi_metrics(true, (oof.argmax(dim=1) + 1).tolist()),
+        "ngram_weight": weight,
+        "ngram_weights_tried": {str(w): round(score, 6) for score, _, w, _ in candidates},
+        "tuned": esi_metrics(true, apply_danger_zone_rule(decide_levels(mixed, thresholds).tolist(), texts)),
+        "argmax": esi_metrics(true, (mixed.argmax(dim=1) + 1).tolist()),
+        "embedding_only_argmax": esi_metrics(true, (oof.argmax(dim=1) + 1).tolist()),
     }
     head = fit_esi_head(x, y, config.esi, config.seed)
-    return EsiClassifier(head, thresholds), validation  # type: ignore[arg-type]
+    ngram_head = None
+    if config.ngram_c is not None and weight > 0:
+        ngram_head = fit_ngram_head(texts, y, config.ngram_c, config.seed, config.ngram_buckets)
+    classifier = EsiClassifier(head, thresholds, ngram_head=ngram_head, ngram_weight=weight)  # type: ignore[arg-type]
+    return classifier, validation
 
 
 def train_length(

@@ -72,3 +72,25 @@ def test_threshold_tuning_folds_hold_out_whole_templates_of_every_variant():
     for variant in ("fall.hip", "burns.small"):  # each variant's 5 templates are dealt over the 5 folds
         assert sorted(f for t, f in fold_of_template.items() if t.startswith(variant)) == [0, 1, 2, 3, 4]
     assert template_folds(train, 5, seed=7) == folds
+
+
+def test_ngram_features_are_stable_hashed_unit_rows_and_ignore_terms_seen_once():
+    from inference.predictors.ngrams import fit_idf, term_counts, terms, tfidf
+
+    assert terms("He won't wake up") == ["he", "won't", "wake", "up", "he won't", "won't wake", "wake up"]
+    texts = ["he won't wake up", "she won't wake up", "a cold and a runny nose"]
+    idf = fit_idf(texts, buckets=1 << 10, min_df=2)
+    assert int((idf > 0).sum()) == 5  # in two calls: won't, wake, up, "won't wake", "wake up"
+    x = tfidf(texts, idf)
+    assert torch.allclose(x[:2].norm(dim=1), torch.ones(2))
+    assert x[2].abs().sum() == 0  # nothing in the third call was seen twice
+    assert torch.equal(term_counts(["wake up"], 1 << 10), term_counts(["Wake UP!"], 1 << 10))
+
+
+def test_mixing_weight_zero_is_the_embedding_head_alone():
+    from inference.predictors.esi import mix
+
+    a = torch.tensor([[0.6, 0.4, 0, 0, 0]], dtype=torch.float64)
+    b = torch.tensor([[0.0, 0.0, 1, 0, 0]], dtype=torch.float64)
+    assert torch.equal(mix(a, b, 0.0), a) and torch.equal(mix(a, None, 0.5), a)
+    assert torch.allclose(mix(a, b, 0.5), torch.tensor([[0.3, 0.2, 0.5, 0, 0]], dtype=torch.float64))
