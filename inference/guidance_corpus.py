@@ -22,9 +22,16 @@ PROMPT_PREFIX = "Call: "
 PROMPT_SUFFIX = "\nGuidance:"
 
 
+def normalise_transcript(transcript: str) -> str:
+    """Lower case, no apostrophes, single spaces: "He's NOT breathing" and "hes not breathing" are the same
+    words to the model (callers' casing and apostrophes say nothing about the emergency, and hurried typists
+    drop both)."""
+    return " ".join(re.sub(r"['’`]", "", transcript.lower()).split())
+
+
 def guidance_prompt(transcript: str) -> str:
     """The prompt for one call; the model continues it with the guidance and then EOS."""
-    return f"{PROMPT_PREFIX}{' '.join(transcript.split())}{PROMPT_SUFFIX}"
+    return f"{PROMPT_PREFIX}{normalise_transcript(transcript)}{PROMPT_SUFFIX}"
 
 
 @functools.cache
@@ -138,8 +145,8 @@ def neutral_fragments(records: list[dict], min_scenarios: int = 3, min_levels: i
 def augmented_records(records: list[dict], copies: int, seed: int) -> list[dict]:
     """`copies` rewritten calls per record, deterministic for `seed`. Each copy keeps a random subset of its
     description fragments (at least one), perhaps joined by those of another call with the same guidance,
-    drops a few words, takes new neutral talk in random places, and is sometimes lower-cased without
-    punctuation (as a hurried typist writes)."""
+    drops a few words, takes new neutral talk in random places, and sometimes loses its punctuation (as a
+    hurried typist writes)."""
     import random
 
     rng = random.Random(seed)
@@ -158,12 +165,12 @@ def augmented_records(records: list[dict], copies: int, seed: int) -> list[dict]
             if len(peers) > 1 and rng.random() < 0.5:
                 core += core_of[rng.choice(peers)["id"]]
             kept = [f for f in core if rng.random() < 0.8] or [rng.choice(core)]
-            words = [w for f in kept for w in f.split() if rng.random() >= 0.08] or kept[0].split()
+            words = [w for f in kept for w in f.split() if rng.random() >= 0.1] or kept[0].split()
             parts = [" ".join(words)]
             for _ in range(rng.randint(0, 3)):
                 parts.insert(rng.randint(0, len(parts)), rng.choice(talk))
             text = " ".join(parts)
             if rng.random() < 0.25:
-                text = re.sub(r"[.,!?']", "", text.lower())
+                text = re.sub(r"[.,!?]", "", text)
             out.append({**r, "id": f"{r['id']}~aug{c}", "transcript": text})
     return out
