@@ -167,7 +167,7 @@ def augmented_records(records: list[dict], copies: int, seed: int) -> list[dict]
             kept = [f for f in core if rng.random() < 0.8] or [rng.choice(core)]
             words = [w for f in kept for w in f.split() if rng.random() >= 0.1] or kept[0].split()
             parts = [" ".join(words)]
-            for _ in range(rng.randint(0, 3)):
+            for _ in range(rng.randint(0, 3) if talk else 0):
                 parts.insert(rng.randint(0, len(parts)), rng.choice(talk))
             text = " ".join(parts)
             if rng.random() < 0.25:
