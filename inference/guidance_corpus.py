@@ -142,11 +142,12 @@ def neutral_fragments(records: list[dict], min_scenarios: int = 3, min_levels: i
     return {k for k in scenarios_of if len(scenarios_of[k]) >= min_scenarios and len(levels_of[k]) >= min_levels}
 
 
-def augmented_records(records: list[dict], copies: int, seed: int) -> list[dict]:
-    """`copies` rewritten calls per record, deterministic for `seed`. Each copy keeps a random subset of its
-    description fragments (at least one), perhaps joined by those of another call with the same guidance,
-    drops a few words, takes new neutral talk in random places, and sometimes loses its punctuation (as a
-    hurried typist writes)."""
+def augmented_records(records: list[dict], copies: int, seed: int, keep: float = 0.8,
+                      word_drop: float = 0.1) -> list[dict]:
+    """`copies` rewritten calls per record, deterministic for `seed`. Each copy keeps each of its description
+    fragments with probability `keep` (at least one), perhaps joined by those of another call with the same
+    guidance, drops each word with probability `word_drop`, takes new neutral talk in random places, and
+    sometimes loses its punctuation (as a hurried typist writes)."""
     import random
 
     rng = random.Random(seed)
@@ -164,8 +165,8 @@ def augmented_records(records: list[dict], copies: int, seed: int) -> list[dict]
             core = list(core_of[r["id"]]) or _fragments(r["transcript"])
             if len(peers) > 1 and rng.random() < 0.5:
                 core += core_of[rng.choice(peers)["id"]]
-            kept = [f for f in core if rng.random() < 0.8] or [rng.choice(core)]
-            words = [w for f in kept for w in f.split() if rng.random() >= 0.1] or kept[0].split()
+            kept = [f for f in core if rng.random() < keep] or [rng.choice(core)]
+            words = [w for f in kept for w in f.split() if rng.random() >= word_drop] or kept[0].split()
             parts = [" ".join(words)]
             for _ in range(rng.randint(0, 3) if talk else 0):
                 parts.insert(rng.randint(0, len(parts)), rng.choice(talk))

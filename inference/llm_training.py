@@ -39,6 +39,8 @@ class LLMTrainingConfig:
     # `decision_tokens` tokens of their guidance: the opening that picks the guidance; the full texts are
     # learnt from the original calls.
     augment_copies: int = 0
+    augment_keep: float = 0.8  # each description fragment kept with this probability
+    augment_word_drop: float = 0.1
     decision_tokens: int = 16
     split_suffixes: bool = False  # see SUFFIX_SPLIT
 
