@@ -22,9 +22,16 @@ PROMPT_PREFIX = "Call: "
 PROMPT_SUFFIX = "\nGuidance:"
 
 
+def normalise_transcript(transcript: str) -> str:
+    """Lower case, no apostrophes, single spaces: "He's NOT breathing" and "hes not breathing" are the same
+    words to the model (callers' casing and apostrophes say nothing about the emergency, and hurried typists
+    drop both)."""
+    return " ".join(re.sub(r"['’`]", "", transcript.lower()).split())
+
+
 def guidance_prompt(transcript: str) -> str:
     """The prompt for one call; the model continues it with the guidance and then EOS."""
-    return f"{PROMPT_PREFIX}{' '.join(transcript.split())}{PROMPT_SUFFIX}"
+    return f"{PROMPT_PREFIX}{normalise_transcript(transcript)}{PROMPT_SUFFIX}"
 
 
 @functools.cache
@@ -104,3 +111,67 @@ def example_records() -> list[dict]:
 def training_pairs(records: Iterable[dict]) -> list[tuple[str, str]]:
     """(prompt, guidance) pairs for training, one per record."""
     return [(guidance_prompt(r["transcript"]), reference_guidance(r)) for r in records]
+
+
+# --- label-preserving augmentation ---------------------------------------------------------------------------
+# A call is a few spoken fragments: the caller's description of the emergency and label-neutral talk around it
+# (greetings, apologies, addresses, "the dog's barking"). The augmentation rewrites the talk and recombines the
+# description, never the label: every copy keeps its record's scenario and ESI, and borrows description
+# fragments only from calls that have the very same reference guidance.
+_FRAGMENT_SPLIT = re.compile(r"(?<=[.,!?])\s+")
+
+
+def _fragments(transcript: str) -> list[str]:
+    return [f for f in _FRAGMENT_SPLIT.split(" ".join(transcript.split())) if f]
+
+
+def _fragment_key(fragment: str) -> str:
+    return re.sub(r"[^a-z0-9 ]", "", fragment.lower()).strip()
+
+
+def neutral_fragments(records: list[dict], min_scenarios: int = 3, min_levels: int = 3) -> set[str]:
+    """Fragment keys said in calls of at least `min_scenarios` scenarios and `min_levels` ESI levels: they say
+    nothing about the guidance (a severity cue is shared by scenarios but not by levels, so it is kept)."""
+    scenarios_of: dict[str, set] = {}
+    levels_of: dict[str, set] = {}
+    for r in records:
+        for fragment in _fragments(r["transcript"]):
+            key = _fragment_key(fragment)
+            scenarios_of.setdefault(key, set()).add(r.get("scenario"))
+            levels_of.setdefault(key, set()).add(r.get("esi"))
+    return {k for k in scenarios_of if len(scenarios_of[k]) >= min_scenarios and len(levels_of[k]) >= min_levels}
+
+
+def augmented_records(records: list[dict], copies: int, seed: int, keep: float = 0.8,
+                      word_drop: float = 0.1) -> list[dict]:
+    """`copies` rewritten calls per record, deterministic for `seed`. Each copy keeps each of its description
+    fragments with probability `keep` (at least one), perhaps joined by those of another call with the same
+    guidance, drops each word with probability `word_drop`, takes new neutral talk in random places, and
+    sometimes loses its punctuation (as a hurried typist writes)."""
+    import random
+
+    rng = random.Random(seed)
+    records = sorted(records, key=lambda r: r["id"])
+    neutral = neutral_fragments(records)
+    talk = sorted({f for r in records for f in _fragments(r["transcript"]) if _fragment_key(f) in neutral})
+    core_of = {r["id"]: [f for f in _fragments(r["transcript"]) if _fragment_key(f) not in neutral] for r in records}
+    by_guidance: dict[str, list[dict]] = {}
+    for r in records:
+        by_guidance.setdefault(reference_guidance(r), []).append(r)
+    out = []
+    for r in records:
+        peers = by_guidance[reference_guidance(r)]
+        for c in range(copies):
+            core = list(core_of[r["id"]]) or _fragments(r["transcript"])
+            if len(peers) > 1 and rng.random() < 0.5:
+                core += core_of[rng.choice(peers)["id"]]
+            kept = [f for f in core if rng.random() < keep] or [rng.choice(core)]
+            words = [w for f in kept for w in f.split() if rng.random() >= word_drop] or kept[0].split()
+            parts = [" ".join(words)]
+            for _ in range(rng.randint(0, 3) if talk else 0):
+                parts.insert(rng.randint(0, len(parts)), rng.choice(talk))
+            text = " ".join(parts)
+            if rng.random() < 0.25:
+                text = re.sub(r"[.,!?]", "", text)
+            out.append({**r, "id": f"{r['id']}~aug{c}", "transcript": text})
+    return out

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from tqdm import tqdm
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -35,10 +35,21 @@ class LLMTrainingConfig:
     warmup_steps: int = 30
     seed: int = 1234
     threads: int = 2
+    # Rewritten copies of each training call (guidance_corpus.augmented_records), trained on only the first
+    # `decision_tokens` tokens of their guidance: the opening that picks the guidance; the full texts are
+    # learnt from the original calls.
+    augment_copies: int = 0
+    augment_keep: float = 0.8  # each description fragment kept with this probability
+    augment_word_drop: float = 0.1
+    decision_tokens: int = 16
+    split_suffixes: bool = False  # see SUFFIX_SPLIT
 
 
-# ~2.5M parameters: about 3-4 minutes of training on 2 idle cores (not yet timed on an idle machine).
-FULL_CONFIG = LLMTrainingConfig(hidden_size=192, intermediate_size=512, steps=400)
+# ~2.5M parameters. Each training call also gives 4 rewritten copies trained on the guidance's opening, so the
+# choice of guidance follows the call's content rather than one template's wording (see augmented_records).
+FULL_CONFIG = LLMTrainingConfig(
+    hidden_size=192, intermediate_size=512, steps=1200, augment_copies=4, split_suffixes=True,
+)
 # Trains in ~30-45 s on 2 busy cores and reproduces the corpus' guidance for its example calls.
 TINY_CONFIG = LLMTrainingConfig(
     vocab_size=1500, hidden_size=128, num_layers=2, num_heads=2, intermediate_size=384, max_positions=512,
@@ -46,9 +57,20 @@ TINY_CONFIG = LLMTrainingConfig(
 )
 
 
-def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
+# Inflections split from their stem before BPE: "choked", "choking" and "chokes" share the token "chok", so a
+# keyword the model learnt in one form is recognised in another.
+SUFFIX_SPLIT = r"(?<=[a-z]{3})(?:ing|ed|s)\b"
+
+
+def train_tokenizer(texts: list[str], vocab_size: int, split_suffixes: bool = False) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE(unk_token=None))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if split_suffixes:
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [pre_tokenizers.Split(Regex(SUFFIX_SPLIT), behavior="isolated"), byte_level]
+        )
+    else:
+        tok.pre_tokenizer = byte_level
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -57,17 +79,21 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFas
         show_progress=False,
     )
     tok.train_from_iterator(texts, trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, bos_token=BOS, eos_token=EOS)
-    fast.padding_side = "left"  # generation batches pad on the left
+    # generation batches pad on the left (saved with the tokenizer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, pad_token=PAD, bos_token=BOS, eos_token=EOS, padding_side="left")
     return fast
 
 
-def _encode_pairs(tokenizer: PreTrainedTokenizerFast, pairs: list[tuple[str, str]], max_len: int):
-    """Token ids of `prompt + " " + guidance + EOS`, with labels only on the guidance (the prompt is given)."""
+def _encode_pairs(tokenizer: PreTrainedTokenizerFast, pairs: list[tuple[str, str]], max_len: int,
+                  guidance_tokens: int | None = None):
+    """Token ids of `prompt + " " + guidance + EOS`, with labels only on the guidance (the prompt is given);
+    with `guidance_tokens`, only that many tokens of the guidance (and no EOS)."""
     examples = []
     for prompt, guidance in pairs:
         p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         g_ids = tokenizer(" " + guidance, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        if guidance_tokens is not None:
+            g_ids = g_ids[: min(guidance_tokens, len(g_ids) - 1)]
         ids = (p_ids + g_ids)[:max_len]
         labels = ([-100] * len(p_ids) + g_ids)[:max_len]
         examples.append((ids, labels))
@@ -86,20 +112,40 @@ def _collate(batch, pad_id: int):
     return input_ids, mask, labels
 
 
+def _length_buckets(examples: list, batch_size: int, rng: random.Random) -> list[list]:
+    """One epoch of batches of similar length (little padding), in a seeded random order.
+
+    Examples are shuffled, then sorted by length within windows of 50 batches, cut into batches, and the
+    batches shuffled: each batch is near-uniform in length while an epoch still mixes every length.
+    """
+    order = list(range(len(examples)))
+    rng.shuffle(order)
+    window = batch_size * 50
+    batches = []
+    for start in range(0, len(order), window):
+        chunk = sorted(order[start : start + window], key=lambda i: len(examples[i][0]))
+        batches += [[examples[i] for i in chunk[j : j + batch_size]] for j in range(0, len(chunk), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
 def train_guidance_model(
     pairs: list[tuple[str, str]],
     out_dir: Path,
     config: LLMTrainingConfig = FULL_CONFIG,
     progress: bool = True,
+    decision_pairs: list[tuple[str, str]] = (),
 ) -> dict:
-    """Train tokenizer + model on (prompt, guidance) pairs and save both to `out_dir`. Returns training stats."""
+    """Train tokenizer + model on (prompt, guidance) pairs and save both to `out_dir`. Returns training stats.
+
+    `decision_pairs` (augmented calls) are trained on the first `config.decision_tokens` guidance tokens only."""
     torch.set_num_threads(min(config.threads, torch.get_num_threads()))
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
     started = time.perf_counter()
 
     texts = sorted({p for p, _ in pairs} | {" " + g for _, g in pairs})
-    tokenizer = train_tokenizer(texts, config.vocab_size)
+    tokenizer = train_tokenizer(texts, config.vocab_size, config.split_suffixes)
     model_config = LlamaConfig(
         vocab_size=len(tokenizer),
         hidden_size=config.hidden_size,
@@ -115,6 +161,7 @@ def train_guidance_model(
     )
     model = LlamaForCausalLM(model_config)
     examples = _encode_pairs(tokenizer, pairs, config.max_positions)
+    examples += _encode_pairs(tokenizer, list(decision_pairs), config.max_positions, config.decision_tokens)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
 
     def lr_at(step: int) -> float:
@@ -124,17 +171,14 @@ def train_guidance_model(
         return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * progress_frac))
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
-    order: list[int] = []
+    batches = _length_buckets(examples, config.batch_size, rng)
     model.train()
     loss_value = 0.0  # exponential moving average
     bar = tqdm(range(config.steps), desc="guidance LLM", disable=not progress, unit="step")
     for step in bar:
-        if len(order) < config.batch_size:
-            fresh = list(range(len(examples)))
-            rng.shuffle(fresh)
-            order.extend(fresh)
-        batch = [examples[order.pop()] for _ in range(config.batch_size)]
-        input_ids, mask, labels = _collate(batch, tokenizer.pad_token_id)
+        if not batches:
+            batches = _length_buckets(examples, config.batch_size, rng)
+        input_ids, mask, labels = _collate(batches.pop(), tokenizer.pad_token_id)
         loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

@@ -18,6 +18,7 @@ def solo_greedy(backend, prompt_ids: list[int], max_new_tokens: int) -> tuple[in
 
 
 def corpus_prompts(n: int, stride: int = 5) -> list[str]:
-    """n call prompts from different scenarios of the guidance corpus."""
-    records = example_records()
+    """n call prompts from different scenarios of the guidance corpus (from the first four examples of each
+    scenario, the set these tests were written against, so examples added later do not change them)."""
+    records = [r for r in example_records() if int(r["id"].rsplit("-", 1)[1]) < 4]
     return [guidance_prompt(records[(i * stride) % len(records)]["transcript"]) for i in range(n)]

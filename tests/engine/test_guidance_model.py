@@ -4,11 +4,19 @@ prescription question."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
 
-from inference.guidance_corpus import example_records, guidance_prompt, reference_guidance
+from inference.guidance_corpus import (
+    augmented_records,
+    example_records,
+    guidance_prompt,
+    neutral_fragments,
+    reference_guidance,
+)
+from inference.llm_training import _length_buckets
 from scheduler.config import SchedulerConfig
 from scheduler.cost import PRESETS
 from scheduler.policies import make_scheduler
@@ -24,6 +32,51 @@ def _generate(backend, transcripts: list[str], max_new_tokens: int = 320) -> lis
 
 def _examples(scenario: str) -> list[dict]:
     return [r for r in example_records() if r["scenario"] == scenario]
+
+
+def _train_calls(limit: int = 600) -> list[dict]:
+    if not CALLS.exists():
+        return example_records()
+    records = [json.loads(line) for line in CALLS.read_text().splitlines()]
+    return [r for r in records if r["split"] == "train"][::4][:limit] + example_records()
+
+
+def test_augmented_calls_keep_their_guidance_and_are_deterministic():
+    records = _train_calls()
+    copies = augmented_records(records, copies=2, seed=7)
+    assert copies == augmented_records(records, copies=2, seed=7)
+    assert len(copies) == 2 * len(records)
+    originals = {r["id"]: r for r in records}
+    changed = 0
+    for copy in copies:
+        original = originals[copy["id"].split("~")[0]]
+        assert reference_guidance(copy) == reference_guidance(original)
+        assert copy["transcript"].strip()
+        changed += copy["transcript"] != original["transcript"]
+    assert changed > 0.9 * len(copies)
+
+
+def test_neutral_fragments_are_talk_not_symptoms():
+    records = [
+        {"scenario": s, "esi": e, "transcript": f"Hello? Sorry to bother you, {t}. The dog's barking."}
+        for s, e, t in [("a", 1, "he is not breathing"), ("b", 3, "she cut her hand"), ("c", 5, "I have a cold"),
+                        ("a", 1, "he collapsed, no pulse")]
+    ]
+    neutral = neutral_fragments(records)
+    assert {"hello", "sorry to bother you", "the dogs barking"} <= neutral
+    assert not any("breathing" in k or "pulse" in k or "cold" in k for k in neutral)
+
+
+def test_length_buckets_cover_an_epoch_with_little_padding():
+    rng = random.Random(0)
+    examples = [([0] * rng.randint(20, 450), []) for _ in range(1000)]
+    batches = _length_buckets(examples, 16, random.Random(1))
+    assert sorted(len(x[0]) for b in batches for x in b) == sorted(len(x[0]) for x in examples)
+    assert [[len(x[0]) for x in b] for b in batches] == [
+        [len(x[0]) for x in b] for b in _length_buckets(examples, 16, random.Random(1))
+    ]
+    padded = sum(len(b) * max(len(x[0]) for x in b) for b in batches)
+    assert padded < 1.1 * sum(len(x[0]) for x in examples)
 
 
 def test_tiny_model_gives_an_arrest_call_cpr_instructions(tiny_backend):

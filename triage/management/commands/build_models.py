@@ -21,7 +21,7 @@ from django.core.management.base import BaseCommand
 from tqdm import tqdm
 
 from inference.backends.hf import HFBackend
-from inference.guidance_corpus import example_records, guidance_prompt, training_pairs
+from inference.guidance_corpus import augmented_records, example_records, guidance_prompt, training_pairs
 from inference.llm_training import FULL_CONFIG, TINY_CONFIG, train_guidance_model
 from inference.predictors.length_probe import Trace, evaluate_probe, train_probe
 from scheduler.config import SchedulerConfig
@@ -107,13 +107,24 @@ class Command(BaseCommand):
         train_calls = [r for r in calls if r.get("split", "train") == "train"]
 
         started = time.perf_counter()
+        stages: dict[str, float] = {}
+
+        def stage_done(name: str, since: float) -> float:
+            now = time.perf_counter()
+            stages[name] = round(now - since, 1)
+            return now
+
+        mark = started
         if not (opts["skip_llm"] and (out / "config.json").exists()):
             config = TINY_CONFIG if opts["tiny"] else FULL_CONFIG
             pairs = training_pairs(train_calls + example_records())
-            stats = train_guidance_model(pairs, out, config, progress=progress)
-            self.stdout.write(f"guidance LLM: {stats['parameters']:,} parameters, {stats['examples']} examples, "
-                              f"loss {stats['final_loss']:.3f}, {stats['train_s']} s -> {out}")
+            augmented = augmented_records(train_calls + example_records(), config.augment_copies, config.seed,
+                                          config.augment_keep, config.augment_word_drop)
+            stats = train_guidance_model(pairs, out, config, progress=progress, decision_pairs=training_pairs(augmented))
+            self.stdout.write(f"guidance LLM: {stats['parameters']:,} parameters, {stats['examples']} examples "
+                              f"({len(augmented)} augmented), loss {stats['final_loss']:.3f}, {stats['train_s']} s -> {out}")
 
+        mark = stage_done("llm", mark)
         backend = HFBackend.load(str(out), device="cpu")
         probe_layer = max(1, backend.model.config.num_hidden_layers // 2)
         records = calls or example_records()
@@ -124,6 +135,7 @@ class Command(BaseCommand):
             for rid, text in texts.items():
                 fh.write(json.dumps({"id": rid, "output_tokens": lengths[rid], "guidance": text}) + "\n")
         self.stdout.write(f"output lengths of {len(lengths)} calls -> {lengths_path}")
+        mark = stage_done("generation", mark)
 
         if not opts["skip_predictors"]:
             if "train_predictors" in get_commands():
@@ -131,6 +143,7 @@ class Command(BaseCommand):
             else:
                 self.stderr.write("train_predictors is not available yet: predictors not trained")
 
+        mark = stage_done("predictors", mark)
         by_split: dict[str, list[Trace]] = {"train": [], "test": []}
         split_of = {r["id"]: r.get("split", "train") for r in records}
         for rid, states in recorder.hidden.items():
@@ -140,8 +153,12 @@ class Command(BaseCommand):
         probe = train_probe(by_split["train"], probe_layer)
         probe.save(out / "length_probe")
         evaluation = evaluate_probe(probe, by_split["test"] or by_split["train"], self._prompt_only(records))
+        stage_done("probe", mark)
         self._write_card(out, backend, lengths, records, probe_layer, evaluation, time.perf_counter() - started)
-        self.stdout.write(self.style.SUCCESS(f"models built in {time.perf_counter() - started:.0f} s"))
+        (out / "build_stages.json").write_text(json.dumps(stages, indent=1))
+        self.stdout.write(self.style.SUCCESS(
+            f"models built in {time.perf_counter() - started:.0f} s ("
+            + ", ".join(f"{name} {s:.0f} s" for name, s in stages.items()) + ")"))
 
     def _prompt_only(self, records: list[dict]) -> dict[str, float]:
         """The intake's prompt-only length predictions, when its predictors are built."""
