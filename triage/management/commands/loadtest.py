@@ -3,9 +3,9 @@ scheduling policy after another on the identical trace, and compare per-ESI late
 
     manage.py loadtest --calls 200 --pattern burst --policy semantic,fcfs --json
 
-Without --url it starts the web server, the Celery worker and the inference worker itself (restarting the
-inference worker with `--policy P` before each policy). With --url it drives a running stack and measures
-whatever policy that stack runs (labelled "live").
+Without --url it starts the web server, the Celery worker and the inference worker itself (restarting Celery
+and the inference worker, with `--policy P`, before each policy, on an inference stream of that run and policy
+of their own). With --url it drives a running stack and measures whatever policy that stack runs ("live").
 
 Per call, from the database: TTFT = first_token_at - created_at, E2E = done_at - created_at, normalized
 wait = E2E / output_tokens (the worker stamps each transition with the time it happened in the engine);
@@ -143,11 +143,15 @@ class Command(BaseCommand):
         stack = Stack(env=env, log_dir=Path(settings.VAR_DIR) / "logs" / "loadtest")
         port = free_port()
         results = []
+        run = uuid.uuid4().hex[:8]
         try:
             stack.start_web(port)
-            stack.start_celery(beat=False)
             for policy in policies:
+                # A stream of this policy's own: entries left by an earlier (or crashed) run cannot leak in.
+                stack.env = dict(env, TRIAGE_INFERENCE_STREAM=f"triage:loadtest:{run}:{policy}")
+                stack.stop("celery")
                 stack.stop("inference")
+                stack.start_celery(beat=False)
                 started = time.time()
                 stack.start_inference(["--policy", policy, "--consumer", f"loadtest-{policy}"])
                 _wait_for_engine(started, timeout_s=180.0)
@@ -156,6 +160,7 @@ class Command(BaseCommand):
                 self.stderr.write(f"{policy}: {results[-1]['completed']}/{len(ids)} calls done")
         finally:
             stack.stop_all()
+            _delete_streams(f"triage:loadtest:{run}:*")
         return results
 
     def _replay(self, base: str, token: str, trace, timeout_s: float) -> list[int]:  # noqa: ANN001
@@ -205,6 +210,14 @@ class Command(BaseCommand):
               f"{_f(s['queued_to_first_token_p50'])}")
         if "vs_fcfs" in r:
             w(f"vs FCFS: {json.dumps(r['vs_fcfs'])}")
+
+
+def _delete_streams(pattern: str) -> None:
+    from triage.realtime import redis_client
+
+    client = redis_client()
+    for key in client.scan_iter(match=pattern, count=100):
+        client.delete(key)
 
 
 def _wait_for_engine(since: float, timeout_s: float) -> None:
