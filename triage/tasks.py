@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 from celery import shared_task
+from celery.signals import worker_process_init
 from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
@@ -29,6 +30,19 @@ RETRYABLE = (DatabaseError, RedisError, OSError)
 def load_predictor() -> Predictor:
     loader = import_string(settings.TRIAGE["PREDICTOR_LOADER"])
     return loader(settings.TRIAGE["PREDICTORS_DIR"])
+
+
+@worker_process_init.connect
+def warm_predictor(**_: Any) -> None:
+    """Load the classifier when a pool process starts, not when the first call of a burst arrives (torch,
+    MiniLM and the heads take seconds to load). Missing models are not fatal: the task loads them later."""
+    try:
+        predictor = load_predictor()
+        predictor.predict(["warm-up"])
+    except Exception:  # noqa: BLE001 - e.g. `build_models` has not run yet; the task retries the load
+        logger.warning("triage predictor not loaded at worker start; loading it on the first task", exc_info=True)
+        return
+    logger.info("triage predictor %s loaded", predictor.version)
 
 
 @shared_task(
