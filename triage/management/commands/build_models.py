@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -153,7 +154,12 @@ class Command(BaseCommand):
         probe = train_probe(by_split["train"], probe_layer)
         probe.save(out / "length_probe")
         evaluation = evaluate_probe(probe, by_split["test"] or by_split["train"], self._prompt_only(records))
-        stage_done("probe", mark)
+        mark = stage_done("probe", mark)
+        if not opts["tiny"]:
+            # The scheduler's cost model for this machine (the worker falls back to a GPU preset without it).
+            call_command("calibrate", model=str(out), out=str(out.parent / "cost_model.json"),
+                         threads=int(os.environ.get("TRIAGE_INFERENCE_THREADS", "1")))
+            stage_done("calibrate", mark)
         self._write_card(out, backend, lengths, records, probe_layer, evaluation, time.perf_counter() - started)
         (out / "build_stages.json").write_text(json.dumps(stages, indent=1))
         self.stdout.write(self.style.SUCCESS(

@@ -59,7 +59,9 @@ class Command(BaseCommand):
         parser.add_argument("--max-new-tokens", type=int, default=384)
         parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TRIAGE_INFERENCE_METRICS_PORT", "0")),
                             help="serve Prometheus metrics on this port (0: off)")
-        parser.add_argument("--threads", type=int, default=int(os.environ.get("TRIAGE_INFERENCE_THREADS", "2")))
+        # 1 by default: on a 2-core machine shared with web and Celery, a second torch thread cost the engine a
+        # quarter of its throughput and slowed classification (BENCHMARKS.md, whole stack, 23 November).
+        parser.add_argument("--threads", type=int, default=int(os.environ.get("TRIAGE_INFERENCE_THREADS", "1")))
         parser.add_argument(
             "--nice", type=int, default=int(os.environ.get("TRIAGE_INFERENCE_NICE", "10")),
             help="CPU niceness increment: where web, Celery and the engine share CPU cores, classifying and "
