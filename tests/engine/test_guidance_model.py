@@ -97,8 +97,6 @@ def test_tiny_model_answers_a_prescription_question_briefly_and_sends_no_unit(ti
 def test_full_model_gives_unseen_arrest_calls_cpr_and_choking_calls_back_blows(full_guidance_model):
     from inference.backends.hf import HFBackend
 
-    if not CALLS.exists():
-        pytest.skip(f"the call corpus is missing at {CALLS}")
     records = [json.loads(line) for line in CALLS.read_text().splitlines()]
     test_split = [r for r in records if r["split"] == "test"]
     arrests = [r for r in test_split if r["scenario"] == "cardiac_arrest"][:12]

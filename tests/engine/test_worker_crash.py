@@ -17,13 +17,12 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 from django.conf import settings as django_settings
 from django.utils import timezone
 
-from tests.fixtures.services import REPO_ROOT, database_url_for_test_db
+from tests.fixtures.services import REPO_ROOT, WorkerProcess, database_url_for_test_db
 from triage import realtime
 from triage.models import ALLOWED_TRANSITIONS, Call, CallStatus
 from triage.streams import get_redis
@@ -52,15 +51,6 @@ class FixedPrediction:
     esi: int
     probabilities: tuple[float, ...]
     predicted_output_tokens: int
-
-
-@dataclass
-class WorkerProcess:
-    process: subprocess.Popen
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
 
 
 @pytest.fixture

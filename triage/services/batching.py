@@ -62,6 +62,7 @@ def call_triage_micro_batch(*, call_id: int, predictor: Predictor) -> BatchOutco
     Draining is what makes the coalesced publish of ``send_triage_task`` safe: this task also stands for the
     calls whose publish it absorbed. Safe to run twice, and beside other workers (``SKIP LOCKED``)."""
     outcome = BatchOutcome()
+    knobs = SchedulerSettings.load()
     status = Call.objects.filter(pk=call_id).values_list("status", flat=True).first()
     if status == CallStatus.TRIAGED:  # a retry after the enqueue step failed
         calls_enqueue_or_leave_for_sweep(call_ids=[call_id])
@@ -69,13 +70,13 @@ def call_triage_micro_batch(*, call_id: int, predictor: Predictor) -> BatchOutco
     elif status != CallStatus.RECEIVED:
         outcome.skipped = f"status {status}"
     else:
-        own = _triage_one_batch(call_id, predictor)
+        own = _triage_one_batch(call_id, predictor, knobs)
         if own is None:
             outcome.skipped = "claimed by another worker"
         else:
             outcome.triaged_ids += own
     for _ in range(MAX_DRAIN_BATCHES):
-        more = _triage_one_batch(None, predictor)
+        more = _triage_one_batch(None, predictor, knobs)
         if not more:
             return outcome
         outcome.triaged_ids += more
@@ -83,10 +84,9 @@ def call_triage_micro_batch(*, call_id: int, predictor: Predictor) -> BatchOutco
     return outcome
 
 
-def _triage_one_batch(call_id: int | None, predictor: Predictor) -> list[int] | None:
+def _triage_one_batch(call_id: int | None, predictor: Predictor, knobs: SchedulerSettings) -> list[int] | None:
     """Claim a batch (with ``call_id`` first, if given), classify and record it; the ids triaged. None: the
     given call is held by another worker; []: nothing was waiting."""
-    knobs = SchedulerSettings.load()
     with transaction.atomic():
         batch = _claim(call_id, knobs.micro_batch_max, knobs.micro_batch_wait_ms / 1000)
         if not batch:
@@ -155,29 +155,33 @@ def _take_more(batch: list[Call], batch_max: int) -> list[Call]:
     taken = [c.pk for c in batch]
     window = list(
         Call.objects.filter(status=CallStatus.RECEIVED).exclude(pk__in=taken)
-        .order_by("created_at", "pk").values_list("pk", "created_at", "transcript")[:SCREEN_WINDOW]
+        .order_by("created_at", "pk").values_list("pk", "created_at")[:SCREEN_WINDOW]
     )
     if len(window) > room:
         window = _ranked_for_triage(window)[:room]
-    more = list(_waiting().filter(pk__in=[pk for pk, _, _ in window]).order_by("created_at", "pk"))
+    more = list(_waiting().filter(pk__in=[pk for pk, _ in window]).order_by("created_at", "pk"))
     batch.extend(more)
     return more
 
 
-def _ranked_for_triage(window: list[tuple[int, datetime, str]]) -> list[tuple[int, datetime, str]]:
+def _ranked_for_triage(window: list[tuple[int, datetime]]) -> list[tuple[int, datetime]]:
+    """Sort (pk, created_at) rows for claiming. Transcripts are read once per call: the linger loop ranks the
+    same backlog every few milliseconds, and scores are kept per process."""
     from inference.predictors.screen import screen_score  # regexes only; Celery's import, not the web's
 
+    unscored = [pk for pk, _ in window if pk not in _SCREEN_CACHE]
+    if unscored:
+        if len(_SCREEN_CACHE) + len(unscored) > SCREEN_WINDOW * 8:
+            _SCREEN_CACHE.clear()
+            unscored = [pk for pk, _ in window]
+        for pk, transcript in Call.objects.filter(pk__in=unscored).values_list("pk", "transcript"):
+            _SCREEN_CACHE[pk] = screen_score(transcript)
     overdue_before = timezone.now() - timedelta(seconds=SCREEN_MAX_DEFER_S)
 
-    def rank(row: tuple[int, datetime, str]) -> tuple:
-        pk, created_at, transcript = row
+    def rank(row: tuple[int, datetime]) -> tuple:
+        pk, created_at = row
         if created_at < overdue_before:
             return (0, 0, created_at, pk)
-        score = _SCREEN_CACHE.get(pk)
-        if score is None:
-            if len(_SCREEN_CACHE) >= SCREEN_WINDOW * 8:
-                _SCREEN_CACHE.clear()
-            score = _SCREEN_CACHE[pk] = screen_score(transcript)
-        return (1, -score, created_at, pk)
+        return (1, -_SCREEN_CACHE.get(pk, 0), created_at, pk)
 
     return sorted(window, key=rank)
