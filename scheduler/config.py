@@ -89,6 +89,11 @@ class SchedulerConfig:
     # at share x p*'s predicted remaining time): p* is slowed by at most this fraction, and free slots do not
     # stay empty at light load. 0: Algorithm 3 as written (every less urgent prefill waits for p*).
     lower_prefill_share: float = 0.2
+    # Whether a waiting request may displace a running one of the same (effective) level because its predicted
+    # remaining time is shorter. False: preemption is for urgency only; within a level a running request keeps
+    # its slot (each displacement costs the engine a KV release and a rejoin, and refined length estimates
+    # that wobble step to step would otherwise trade the same requests in and out).
+    preempt_within_level: bool = True
     # TRAIL's C for the `trail` policy when limited_preemption_c is None.
     trail_default_c: float = 0.8
 

@@ -203,7 +203,8 @@ def _config_summary(config: SchedulerConfig, cost: CostModel) -> dict[str, Any]:
         "limited_preemption_c": config.limited_preemption_c, "aging_enabled": config.aging_enabled,
         "aging_step_s": sorted({t.aging_step_s for t in config.tiers.values()}),
         "eviction": config.eviction, "stage_merge": config.stage_merge,
-        "lower_prefill_share": config.lower_prefill_share, "profile": cost.name,
+        "lower_prefill_share": config.lower_prefill_share, "preempt_within_level": config.preempt_within_level,
+        "profile": cost.name,
     }
 
 
@@ -237,7 +238,7 @@ def build_config(args: argparse.Namespace, policy: str, cost: CostModel) -> Sche
         kv_capacity_blocks=args.kv_blocks or cost.kv_capacity_blocks(args.block_size), block_size=args.block_size,
         preempt_on_arrival=not args.no_preempt, limited_preemption_c=args.limited_preemption,
         aging_enabled=args.aging_step > 0, eviction=args.eviction, stage_merge=args.stage_merge,
-        lower_prefill_share=args.lower_prefill_share,
+        lower_prefill_share=args.lower_prefill_share, preempt_within_level=args.preempt_within_level,
     )
     tiers = {}
     for name, tier in config.tiers.items():
@@ -270,6 +271,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--lower-prefill-share", type=float, default=SchedulerConfig.lower_prefill_share,
                     metavar="RHO", help="share of p*'s decode time less urgent prefills may take (0: Algorithm 3)")
     ap.add_argument("--no-preempt", action="store_true", help="no preemption on arrival")
+    ap.add_argument("--preempt-within-level", action=argparse.BooleanOptionalAction,
+                    default=SchedulerConfig.preempt_within_level,
+                    help="semantic: a shorter request of the same level may displace a running one")
     ap.add_argument("--limited-preemption", type=float, default=None, metavar="C")
     ap.add_argument("--max-preemptions", type=int, default=None, help="per-request cap (default: tiers' 8)")
     ap.add_argument("--aging-step", type=float, default=0.0, help="seconds per level of aging (0: off)")

@@ -144,7 +144,8 @@ CHANNEL_LAYERS = {
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL)
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
-CELERY_TASK_DEFAULT_QUEUE = "triage"
+# A stack of its own on a shared Redis (e.g. `manage.py loadtest`) names its own queue.
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("TRIAGE_CELERY_QUEUE", "triage")
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -154,7 +155,7 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
 # hold an HTTP response for seconds of reconnect attempts.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.1, "interval_max": 0.1}
 CELERY_BROKER_CONNECTION_TIMEOUT = float(os.environ.get("CELERY_BROKER_CONNECTION_TIMEOUT", "1"))
-CELERY_TASK_ROUTES = {"triage.tasks.*": {"queue": "triage"}}
+CELERY_TASK_ROUTES = {"triage.tasks.*": {"queue": CELERY_TASK_DEFAULT_QUEUE}}
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_BEAT_SCHEDULE = {
     "sweep-stuck-calls": {
@@ -178,6 +179,9 @@ TRIAGE = {
     # Calls accepted within this many seconds of a published, not yet started triage task share it (0: a
     # task per call). The TTL only bounds how long a lost publish can hold the slot; the sweep re-sends.
     "TRIAGE_TASK_COALESCE_S": float(os.environ.get("TRIAGE_TASK_COALESCE_S", "10")),
+    # torch threads of a Celery pool process's classifier. 1: two OpenMP threads on two cores that the inference
+    # engine also uses ran 10x slower per call (barrier waits on a descheduled thread), one thread does not.
+    "CLASSIFIER_THREADS": int(os.environ.get("TRIAGE_CLASSIFIER_THREADS", "1")),
     "SWEEP_BATCH_MAX": int(os.environ.get("TRIAGE_SWEEP_BATCH_MAX", "500")),
     # How long a web process may trust a token it has verified (rotation/deactivation delay, in seconds).
     "API_TOKEN_CACHE_S": float(os.environ.get("TRIAGE_API_TOKEN_CACHE_S", "5")),

@@ -77,7 +77,8 @@ class Stack:
         wait_for_port("127.0.0.1", port, timeout_s=60)
 
     def start_celery(self, concurrency: int = 1, beat: bool = True) -> None:
-        argv = [sys.executable, "-m", "celery", "-A", "triage", "worker", "-Q", "triage",
+        queue = self.env.get("TRIAGE_CELERY_QUEUE", "triage")
+        argv = [sys.executable, "-m", "celery", "-A", "triage", "worker", "-Q", queue,
                 "-c", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
         if beat:
             argv += ["-B", "-s", str(self.log_dir / "celerybeat-schedule")]

@@ -36,6 +36,9 @@ def load_predictor() -> Predictor:
 def warm_predictor(**_: Any) -> None:
     """Load the classifier when a pool process starts, not when the first call of a burst arrives (torch,
     MiniLM and the heads take seconds to load). Missing models are not fatal: the task loads them later."""
+    import torch
+
+    torch.set_num_threads(settings.TRIAGE["CLASSIFIER_THREADS"])
     try:
         predictor = load_predictor()
         predictor.predict(["warm-up"])

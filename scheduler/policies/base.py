@@ -1,9 +1,11 @@
 """The machinery every policy shares: arrival buffer, schedule heap, top-b selection, KV allocation and eviction.
 
-A policy is this class plus an ordering key (``priority_key``: lower runs first) and three switches:
+A policy is this class plus an ordering key (``priority_key``: lower runs first) and four switches:
 ``preemptive`` (a better waiting request displaces a running one at an iteration boundary), ``stage_aware``
 (Hua et al. Algorithm 3: when the best request p* is decoding, prefills wait) and ``running_keys_improve``
-(a running request's key only gets better as it runs, which allows the O(1) fast path below).
+(a running request's key only gets better as it runs, which allows the O(1) fast path below) and
+``urgency_aware`` (the key depends on the ESI level: the intake then classifies a burst's likely urgent calls
+first, triage/services/batching.py; an urgency-blind policy gets arrival order there too).
 
 Data structures and their costs (n waiting, b batch size):
 - ``arrival_buffer``: deque, ``submit`` is an O(1) append, safe from another thread (CPython's deque
@@ -48,6 +50,7 @@ class BaseScheduler(KVAllocation):
     preemptive = True
     stage_aware = False
     running_keys_improve = True
+    urgency_aware = False
 
     def __init__(self, config: SchedulerConfig, cost: CostModel):
         self.config = config
@@ -157,6 +160,10 @@ class BaseScheduler(KVAllocation):
         predicted remaining seconds subtract the step's solo cost, gamma1 * context + gamma2, exactly the
         difference of ``CostModel.decode_s`` over one step: O(1) with no tier look-up."""
         return None
+
+    def displaces(self, waiting_key: tuple, running_key: tuple) -> bool:
+        """Whether a waiting request whose key beats a running request's may take its slot; O(1)."""
+        return True
 
     def preemptible(self, r: Request) -> bool:
         """Whether a running request may be displaced: limited preemption (TRAIL) and the tier's cap."""
@@ -301,7 +308,7 @@ class BaseScheduler(KVAllocation):
             if worst is None or k > worst:
                 worst = k
         top = self._peek()
-        if top is not None and top[0] < worst:
+        if top is not None and top[0] < worst and self.displaces(top[0], worst):
             return None
         return list(running)
 
@@ -330,7 +337,9 @@ class BaseScheduler(KVAllocation):
                 break
             if len(selected) < slots:
                 bisect.insort(selected, self._pop(), key=_entry_sort)
-            elif selected and _entry_sort(top) < _entry_sort(selected[-1]):
+            elif selected and _entry_sort(top) < _entry_sort(selected[-1]) and (
+                selected[-1][2] >= 0 or self.displaces(top[0], selected[-1][0])  # seq -1: running
+            ):
                 bisect.insort(selected, self._pop(), key=_entry_sort)
                 dropped.append(selected.pop())
             else:

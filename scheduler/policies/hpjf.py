@@ -10,6 +10,7 @@ from scheduler.request import Request
 
 class HpjfScheduler(BaseScheduler):
     name = "hpjf"
+    urgency_aware = True
 
     @property
     def preemptive(self) -> bool:  # type: ignore[override]

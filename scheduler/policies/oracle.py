@@ -10,6 +10,7 @@ from scheduler.request import Request
 
 class OracleScheduler(BaseScheduler):
     name = "oracle"
+    urgency_aware = True
     stage_aware = True
     preemptive = True
     running_keys_improve = True

@@ -16,12 +16,17 @@ from scheduler.request import Request
 
 class SemanticScheduler(BaseScheduler):
     name = "semantic"
+    urgency_aware = True
     stage_aware = True
     running_keys_improve = True  # remaining time only shrinks, aging only improves the level
 
     @property
     def preemptive(self) -> bool:  # type: ignore[override]
         return self.config.preempt_on_arrival
+
+    def displaces(self, waiting_key: tuple, running_key: tuple) -> bool:
+        """With ``preempt_within_level`` off, only a more urgent (effective) level displaces."""
+        return self.config.preempt_within_level or waiting_key[0] < running_key[0]
 
     def effective_level(self, r: Request, now_s: float) -> int:
         return effective_level(r.level, now_s - r.arrival_s, self.tier(r), self.config.aging_enabled)

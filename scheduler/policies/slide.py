@@ -18,6 +18,7 @@ URGENT_BUDGET_ITERATIONS = 20
 
 class SlideScheduler(BaseScheduler):
     name = "slide"
+    urgency_aware = True
     preemptive = True
     running_keys_improve = False
 

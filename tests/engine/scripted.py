@@ -16,7 +16,13 @@ Script = dict[int, list[tuple[str, PreemptionMode, int | None]]]
 class ScriptedScheduler:
     name = "scripted"
 
-    def __init__(self, script: Script | None = None, *, batch_size: int = 8, hold_out: int = 2):
+    def __init__(
+        self, script: Script | None = None, *, batch_size: int = 8, hold_out: int = 2, reorder_seed: int | None = None
+    ):
+        """``reorder_seed``: list the batch in a new random order every iteration (as a policy re-ranking it)."""
+        import random
+
+        self.reorder = random.Random(reorder_seed) if reorder_seed is not None else None
         self.script = script or {}
         self.batch_size = batch_size
         self.hold_out = hold_out
@@ -50,6 +56,8 @@ class ScriptedScheduler:
             decision.preemptions.append(Preemption(r, mode, kept))
             self.held_until[rid] = self.iteration + self.hold_out
         batch = [r for r in self.active if self.held_until.get(r.id, 0) < self.iteration][: self.batch_size]
+        if self.reorder is not None:
+            self.reorder.shuffle(batch)
         if batch:
             decision.stage = Stage.PREFILL if any(r.needs_prefill for r in batch) else Stage.DECODE
             decision.batch = batch

@@ -83,6 +83,21 @@ def test_requests_joining_a_running_batch_do_not_change_its_members_outputs(tiny
     assert [done[f"r{i}"].token_ids for i in range(len(prompts))] == solo
 
 
+def test_a_batch_the_scheduler_reorders_every_step_keeps_its_rows_and_its_outputs(tiny_backend, prompts, solo):
+    scheduler = ScriptedScheduler(batch_size=8, reorder_seed=3)
+    engine = tiny_backend.make_engine(scheduler, max_new_tokens=MAX_NEW, clock=lambda: 0.0)
+    for i, prompt in enumerate(prompts[:4]):
+        engine.add_request(f"r{i}", prompt, level=3, predicted_output_tokens=MAX_NEW)
+    engine.step()
+    rows = engine.runner.batch_ids
+    for _ in range(5):
+        listed = engine.step().batch_ids
+        assert engine.runner.batch_ids == rows  # the batched cache was not rebuilt in the new order
+    assert sorted(listed) == sorted(rows) and listed != rows
+    done = engine.run_until_idle()
+    assert [done[f"r{i}"].token_ids for i in range(4)] == solo[:4]
+
+
 def test_streamed_token_texts_add_up_to_the_final_text_in_index_order(tiny_backend, prompts):
     scheduler = ScriptedScheduler({3: [("r0", DROP, 0)]})
     engine = tiny_backend.make_engine(scheduler, max_new_tokens=MAX_NEW, clock=lambda: 0.0)

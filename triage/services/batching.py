@@ -11,7 +11,9 @@ task per burst: ``send_triage_task``). The tasks of the calls it took find them 
 When more calls wait than one batch takes, a lexical pre-screen of the ESI decision points
 (inference/predictors/screen.py) picks which go first: likely life-threatening calls, then the rest, none
 deferred more than ``SCREEN_MAX_DEFER_S``. In a burst the classifier is a queue too, and its order decides
-how soon the LLM scheduler even knows a call is urgent.
+how soon the LLM scheduler even knows a call is urgent. The classifier's queue follows the configured
+scheduling policy: an urgency-blind one (``fcfs``, ``sjf``, ``laps``, ``trail``: ``urgency_aware`` is False)
+gets arrival order here as well, so a policy is one order from intake to the last token.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from typing import Protocol
 from django.db import transaction
 from django.utils import timezone
 
+from scheduler.policies import POLICIES
 from triage.models import Call, CallStatus, SchedulerSettings
 
 from .audit import SYSTEM_TRIAGE
@@ -87,17 +90,23 @@ def call_triage_micro_batch(*, call_id: int, predictor: Predictor) -> BatchOutco
 def _triage_one_batch(call_id: int | None, predictor: Predictor, knobs: SchedulerSettings) -> list[int] | None:
     """Claim a batch (with ``call_id`` first, if given), classify and record it; the ids triaged. None: the
     given call is held by another worker; []: nothing was waiting."""
+    claim_started = time.perf_counter()
     with transaction.atomic():
-        batch = _claim(call_id, knobs.micro_batch_max, knobs.micro_batch_wait_ms / 1000)
+        batch = _claim(call_id, knobs.micro_batch_max, knobs.micro_batch_wait_ms / 1000, _screens(knobs.policy))
         if not batch:
             return None if call_id is not None else []
         started = time.perf_counter()
         batch, predictions = _predict(batch, predictor)
-        latency_ms = (time.perf_counter() - started) * 1000 / max(1, len(batch))
+        predicted = time.perf_counter()
+        latency_ms = (predicted - started) * 1000 / max(1, len(batch))
         if batch:
             calls_triage_record(
                 calls=batch, predictions=predictions, model_version=predictor.version, latency_ms=latency_ms
             )
+    logger.info(
+        "triaged %d calls: claim %.0f ms, classify %.0f ms, record %.0f ms", len(batch),
+        (started - claim_started) * 1e3, (predicted - started) * 1e3, (time.perf_counter() - predicted) * 1e3,
+    )
     return [call.pk for call in batch]
 
 
@@ -124,20 +133,26 @@ def _predict(batch: list[Call], predictor: Predictor) -> tuple[list[Call], list[
     return kept, predictions
 
 
-def _claim(call_id: int | None, batch_max: int, wait_s: float) -> list[Call]:
-    """Lock ``call_id`` (if given) and other waiting calls up to ``batch_max`` (oldest first), lingering while
-    the batch grows. Must run inside a transaction; returns [] when another worker holds ``call_id`` or
-    nothing waits."""
+def _screens(policy: str) -> bool:
+    """Whether the backlog is ranked by the pre-screen: the policy orders by urgency (unknown names do)."""
+    cls = POLICIES.get(policy)
+    return cls is None or cls.urgency_aware
+
+
+def _claim(call_id: int | None, batch_max: int, wait_s: float, screen: bool = True) -> list[Call]:
+    """Lock ``call_id`` (if given) and other waiting calls up to ``batch_max`` (pre-screened or oldest first),
+    lingering while the batch grows. Must run inside a transaction; returns [] when another worker holds
+    ``call_id`` or nothing waits."""
     batch = list(_waiting().filter(pk=call_id)) if call_id is not None else []
     if call_id is not None and not batch:
         return []
     deadline = time.monotonic() + wait_s
-    more = _take_more(batch, batch_max)
+    more = _take_more(batch, batch_max, screen)
     if not batch:
         return []
     while more and len(batch) < batch_max and time.monotonic() < deadline:
         time.sleep(LINGER_STEP_S)  # a burst is in progress: give its other calls a moment to commit
-        more = _take_more(batch, batch_max)
+        more = _take_more(batch, batch_max, screen)
     return batch
 
 
@@ -145,10 +160,10 @@ def _waiting():  # noqa: ANN202
     return Call.objects.select_for_update(skip_locked=True).filter(status=CallStatus.RECEIVED)
 
 
-def _take_more(batch: list[Call], batch_max: int) -> list[Call]:
-    """Lock up to the batch's room of other waiting calls: overdue ones (waiting longer than
+def _take_more(batch: list[Call], batch_max: int, screen: bool) -> list[Call]:
+    """Lock up to the batch's room of other waiting calls: with ``screen``, overdue ones (waiting longer than
     ``SCREEN_MAX_DEFER_S``) in arrival order, then by the lexical pre-screen (likely ESI 1-2 first), then
-    oldest. Only a backlog larger than the room is ranked, so quiet times stay plain FIFO."""
+    oldest; without, oldest. Only a backlog larger than the room is ranked, so quiet times stay plain FIFO."""
     room = batch_max - len(batch)
     if room <= 0:
         return []
@@ -158,7 +173,7 @@ def _take_more(batch: list[Call], batch_max: int) -> list[Call]:
         .order_by("created_at", "pk").values_list("pk", "created_at")[:SCREEN_WINDOW]
     )
     if len(window) > room:
-        window = _ranked_for_triage(window)[:room]
+        window = (_ranked_for_triage(window) if screen else window)[:room]
     more = list(_waiting().filter(pk__in=[pk for pk, _ in window]).order_by("created_at", "pk"))
     batch.extend(more)
     return more

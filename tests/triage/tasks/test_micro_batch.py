@@ -154,3 +154,13 @@ def test_no_call_is_deferred_by_the_pre_screen_past_its_bound(recording_predicto
     result = triage_call.run(own.pk)
     assert result["triaged"][:2] == [own.pk, overdue.pk]
     assert set(result["triaged"][2:]) == {a.pk for a in arrests}
+
+
+@pytest.mark.django_db
+def test_under_an_urgency_blind_policy_a_backlog_is_classified_in_arrival_order(recording_predictor, redis_conn):
+    SchedulerSettings.objects.filter(pk=SchedulerSettings.load().pk).update(micro_batch_max=3, policy="fcfs")
+    minor = [make_call(transcript=MINOR_TRANSCRIPT) for _ in range(5)]
+    arrests = [make_call(transcript=ARREST_TRANSCRIPT) for _ in range(2)]
+    result = triage_call.run(minor[0].pk)
+    assert recording_predictor.batches == [3, 3, 1]
+    assert result["triaged"] == [c.pk for c in minor + arrests]

@@ -5,7 +5,10 @@ scheduling policy after another on the identical trace, and compare per-ESI late
 
 Without --url it starts the web server, the Celery worker and the inference worker itself (restarting Celery
 and the inference worker, with `--policy P`, before each policy, on an inference stream of that run and policy
-of their own). With --url it drives a running stack and measures whatever policy that stack runs ("live").
+of their own). The policy is set in SchedulerSettings for the run (and restored after): it orders the
+classifier's backlog as well as the LLM's queue, so `fcfs` is arrival order from intake to the last token (see
+triage/services/batching.py). With --url it drives a running stack and measures whatever policy that stack
+runs ("live").
 
 Per call, from the database: TTFT = first_token_at - created_at, E2E = done_at - created_at, normalized
 wait = E2E / output_tokens (the worker stamps each transition with the time it happened in the engine);
@@ -32,6 +35,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 CORPUS = Path(settings.BASE_DIR) / "fixtures" / "calls" / "calls.jsonl"
+LOADTEST_ACTOR = "system:loadtest"
 
 
 def load_trace(path: Path, n: int, pattern: str, rate: float, seed: int) -> list[tuple[float, dict]]:
@@ -134,19 +138,26 @@ class Command(BaseCommand):
     def _run_own_stack(self, trace, policies: list[str], timeout_s: float) -> list[dict]:  # noqa: ANN001
         from django.core.management import call_command
 
+        from triage.models import SchedulerSettings
         from triage.services.clients import api_client_create
+        from triage.services.config import scheduler_settings_update
         from triage.stack import Stack, free_port
 
         call_command("migrate", verbosity=0)
         token = api_client_create(name=f"loadtest-{uuid.uuid4().hex[:8]}", throttle_rate="100000/min").token
-        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
+        run = uuid.uuid4().hex[:8]
+        # A Celery queue of this run's own: another worker on the same Redis must not take its calls.
+        queue = f"triage-loadtest-{run}"
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1",
+                   TRIAGE_CELERY_QUEUE=queue)
         stack = Stack(env=env, log_dir=Path(settings.VAR_DIR) / "logs" / "loadtest")
         port = free_port()
         results = []
-        run = uuid.uuid4().hex[:8]
+        configured = SchedulerSettings.load().policy
         try:
             stack.start_web(port)
             for policy in policies:
+                scheduler_settings_update(actor=LOADTEST_ACTOR, policy=policy)
                 # A stream of this policy's own: entries left by an earlier (or crashed) run cannot leak in.
                 stack.env = dict(env, TRIAGE_INFERENCE_STREAM=f"triage:loadtest:{run}:{policy}")
                 stack.stop("celery")
@@ -160,7 +171,8 @@ class Command(BaseCommand):
                 self.stderr.write(f"{policy}: {results[-1]['completed']}/{len(ids)} calls done")
         finally:
             stack.stop_all()
-            _delete_streams(f"triage:loadtest:{run}:*")
+            _delete_streams(f"triage:loadtest:{run}:*", queue, f"triage:triage-task:pending:{queue}")
+            scheduler_settings_update(actor=LOADTEST_ACTOR, policy=configured)
         return results
 
     def _replay(self, base: str, token: str, trace, timeout_s: float) -> list[int]:  # noqa: ANN001
@@ -212,12 +224,13 @@ class Command(BaseCommand):
             w(f"vs FCFS: {json.dumps(r['vs_fcfs'])}")
 
 
-def _delete_streams(pattern: str) -> None:
+def _delete_streams(pattern: str, *keys: str) -> None:
     from triage.realtime import redis_client
 
     client = redis_client()
     for key in client.scan_iter(match=pattern, count=100):
         client.delete(key)
+    client.delete(*keys)
 
 
 def _wait_for_engine(since: float, timeout_s: float) -> None:
