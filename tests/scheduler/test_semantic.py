@@ -31,6 +31,21 @@ def test_without_preempt_on_arrival_running_work_keeps_its_slot():
     assert step(s).batch == [low]
 
 
+def test_without_preemption_within_a_level_only_a_more_urgent_arrival_displaces_running_work():
+    for within in (True, False):
+        s = sched(batch_size=1, preempt_within_level=within)
+        long = req("long", 2, out=400)
+        s.submit(long)
+        step(s)
+        step(s)
+        shorter = req("short", 2, out=5, arrival=0.01)
+        s.submit(shorter)
+        assert step(s, 0.01).batch == ([shorter] if within else [long]), within
+        urgent = req("urgent", 1, out=50, arrival=0.02)
+        s.submit(urgent)
+        assert step(s, 0.02).batch == [urgent], within
+
+
 def test_shorter_predicted_remaining_time_goes_first_within_a_level():
     s = sched(batch_size=1)
     long, short = req("long", 2, out=400), req("short", 2, out=20)
