@@ -1,8 +1,10 @@
 """Measure the REST intake: wrk POSTs calls to daphne on loopback, PostgreSQL stores them.
 
-    python manage.py loadtest_intake [--duration 20] [--connections 16] [--web-processes 2]
+    python manage.py loadtest_intake [--duration 20] [--connections 16] [--web-processes 2] [--server gunicorn]
 
-Starts ``--web-processes`` daphne processes sharing one listening socket (``daphne --fd``), creates an
+Starts the intake server on one listening socket — ``gunicorn`` (WSGI, ``--web-processes`` sync workers; the
+`intake` service of docker-compose.yml) or ``daphne`` (ASGI, ``--web-processes`` processes sharing the socket with
+``daphne --fd``; the `web` service, which also serves the board's sockets) — creates an
 API client with a throttle far above the offered load, runs ``wrk`` with ``bin/intake-wrk.lua`` (one unique
 external id per request) and prints accepted calls/s, p50/p90/p99 latency and the row check: every 201
 must be a row in PostgreSQL, and no row may exist without its 201. Without a Celery worker the triage
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from triage.models import Call
@@ -39,31 +42,37 @@ class Command(BaseCommand):
         parser.add_argument("--duration", type=int, default=20, help="seconds of load")
         parser.add_argument("--connections", type=int, default=16)
         parser.add_argument("--threads", type=int, default=1, help="wrk threads")
-        parser.add_argument("--web-processes", type=int, default=2)
+        parser.add_argument("--web-processes", type=int, default=2, help="gunicorn workers or daphne processes")
+        parser.add_argument("--server", choices=["gunicorn", "daphne"], default="gunicorn")
         parser.add_argument("--warmup", type=int, default=3, help="seconds of load before the measured run")
 
     def handle(self, *args: Any, **options: Any) -> None:
         if shutil.which("wrk") is None:
             raise CommandError("wrk is not installed (Debian: apt-get install -y wrk)")
+        call_command("migrate", verbosity=0)
         issued = api_client_create(
             name=f"loadtest-{int(time.time())}", throttle_rate="10000000/min", actor="system:loadtest"
         )
         listener = _listen()
-        web = [_start_daphne(listener) for _ in range(options["web_processes"])]
+        if options["server"] == "gunicorn":
+            web = [_start_gunicorn(listener, options["web_processes"])]
+        else:
+            web = [_start_daphne(listener) for _ in range(options["web_processes"])]
         try:
             port = listener.getsockname()[1]
             _wait_ready(port)
             if options["warmup"]:
                 _wrk(port, issued.token, "warmup", options["warmup"], options["connections"], options["threads"])
             run = f"run{int(time.time())}"
-            cpu_before = {pid: _cpu_s(pid) for pid in [p.pid for p in web] + _postgres_backends()}
+            web_pids = {pid for p in web for pid in _process_tree(p.pid)}
+            cpu_before = {pid: _cpu_s(pid) for pid in [*web_pids, *_postgres_backends()]}
             result = _wrk(port, issued.token, run, options["duration"], options["connections"], options["threads"])
             # backends the pools opened during the run started at 0 CPU seconds
             pids = set(cpu_before) | set(_postgres_backends())
             cpu = {pid: _cpu_s(pid) - cpu_before.get(pid, 0.0) for pid in pids}
             rows = Call.objects.filter(client=issued.client, external_id__startswith=f"{run}-").count()
             self._report(result, rows, options)
-            self._report_cpu(result, cpu, web_pids={p.pid for p in web})
+            self._report_cpu(result, cpu, web_pids=web_pids)
         finally:
             _stop(web)
             listener.close()
@@ -86,7 +95,8 @@ class Command(BaseCommand):
         seconds = result["duration_us"] / 1e6
         lost = int(result["created"]) - rows
         self.stdout.write(
-            f"web processes {options['web_processes']}, {options['connections']} connections, {seconds:.1f} s, "
+            f"{options['server']}, web processes {options['web_processes']}, {options['connections']} connections, "
+            f"{seconds:.1f} s, "
             f"{os.cpu_count()} CPUs\n"
             f"accepted {int(result['created'])} calls ({result['created'] / seconds:.0f} calls/s), "
             f"other responses {int(result['other'])}, socket errors "
@@ -126,6 +136,23 @@ def _listen() -> socket.socket:
     return listener
 
 
+def _process_tree(pid: int) -> list[int]:
+    """``pid`` and its descendants (gunicorn's workers)."""
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return [pid]
+    return [pid, *(p for child in children for p in _process_tree(int(child)))]
+
+
+def _start_gunicorn(listener: socket.socket, workers: int) -> subprocess.Popen:
+    fd = listener.fileno()
+    env = {**os.environ, "DJANGO_DEBUG": "0", "TRIAGE_LOG_LEVEL": "WARNING"}
+    command = [sys.executable, "-m", "gunicorn", "--bind", f"fd://{fd}", "--workers", str(workers),
+               "--log-level", "warning", "triage.wsgi:application"]
+    return subprocess.Popen(command, cwd=settings.BASE_DIR, env=env, pass_fds=(fd,))
+
+
 def _start_daphne(listener: socket.socket) -> subprocess.Popen:
     fd = listener.fileno()
     env = {**os.environ, "DJANGO_DEBUG": "0", "TRIAGE_LOG_LEVEL": "WARNING", "DATABASE_POOL_MAX": "8"}
@@ -155,7 +182,7 @@ def _wait_ready(port: int, timeout_s: float = 30) -> None:
         except OSError:
             pass
         time.sleep(0.3)
-    raise CommandError("daphne did not answer")
+    raise CommandError("the intake server did not answer")
 
 
 def _wrk(port: int, token: str, run: str, duration: int, connections: int, threads: int) -> dict[str, float]:
