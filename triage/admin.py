@@ -145,7 +145,9 @@ class TierAdmin(RoleAdmin):
 class SchedulerSettingsAdmin(RoleAdmin):
     readonly_fields = ("version", "updated_at")
     fieldsets = (
-        ("Policy", {"fields": ("policy", "preempt_on_arrival", "limited_preemption_c", "aging_enabled")}),
+        ("Policy", {"fields": (
+            "policy", "preempt_on_arrival", "preempt_within_level", "limited_preemption_c", "aging_enabled",
+        )}),
         ("Capacity", {"fields": ("batch_size", "kv_capacity_blocks", "block_size")}),
         ("Triage micro-batching", {"fields": ("micro_batch_max", "micro_batch_wait_ms")}),
         ("Applied", {"fields": ("version", "updated_at")}),

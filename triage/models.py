@@ -136,6 +136,10 @@ class SchedulerSettings(models.Model):
     kv_capacity_blocks = models.PositiveIntegerField(default=2048, validators=[MinValueValidator(1)])
     block_size = models.PositiveSmallIntegerField(default=16, validators=[MinValueValidator(1)])
     preempt_on_arrival = models.BooleanField(default=True)
+    preempt_within_level = models.BooleanField(
+        default=True,
+        help_text="A shorter request of the same level may displace a running one (off: only a more urgent level does)",
+    )
     limited_preemption_c = models.FloatField(
         null=True, blank=True, validators=[MinValueValidator(0)],
         help_text="Non-preemptible after C × predicted length (TRAIL); empty: always preemptible",

@@ -91,6 +91,7 @@ def test_scheduler_settings_is_a_singleton_edited_in_place(
         assert client.post("/admin/triage/schedulersettings/1/change/", data).status_code == 302
     after = SchedulerSettings.load()
     assert after.batch_size == 8 and after.limited_preemption_c == 0.8 and after.version > before.version
+    assert after.preempt_within_level is False  # an unticked box
     assert {"kind": "config", "version": after.version} in control_messages()
 
 

@@ -29,7 +29,7 @@ TIER_FIELDS = frozenset(
 )
 SCHEDULER_FIELDS = frozenset(
     {
-        "policy", "batch_size", "kv_capacity_blocks", "block_size", "preempt_on_arrival",
+        "policy", "batch_size", "kv_capacity_blocks", "block_size", "preempt_on_arrival", "preempt_within_level",
         "limited_preemption_c", "aging_enabled", "micro_batch_max", "micro_batch_wait_ms",
     }
 )

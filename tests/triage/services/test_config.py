@@ -47,3 +47,11 @@ def test_tier_esi_levels_must_be_levels(admin_user):
     with pytest.raises(DomainError) as error:
         tier_create(actor=admin_user, **{**TIER, "esi_levels": [0, 7]})
     assert "esi_levels" in error.value.fields
+
+
+def test_the_live_scheduler_configuration_carries_the_preemption_settings(admin_user):
+    from triage.services.generation import scheduler_config_load
+
+    scheduler_settings_update(actor=admin_user, preempt_within_level=False, limited_preemption_c=0.5)
+    config = scheduler_config_load()
+    assert config.preempt_within_level is False and config.limited_preemption_c == 0.5
