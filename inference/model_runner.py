@@ -9,7 +9,8 @@ on its batch mates.
 
 The running batch's cache stays batched across iterations while its membership is unchanged (the common
 decode case), whatever order the scheduler lists it in; when a request leaves, its compact cache goes back to
-the KV store; when one joins, its rows are appended. The runner knows nothing about priorities: the engine tells it what to run.
+the KV store; when one joins, its rows are appended. The runner knows nothing about priorities: the engine
+tells it what to run.
 """
 
 from __future__ import annotations
@@ -98,8 +99,8 @@ class ModelRunner:
     def _assemble(self, request_ids: list[str]) -> None:
         """Make the running batch's membership exactly `request_ids`: members not asked for go to the store,
         the rest keep their rows (and order: policies re-rank the batch every step, and rebuilding the batched
-        cache for a new order cost a third of the engine's time), joiners are appended from the store.
-        O(joiners × context) when nobody's columns move; a joiner longer than the batch widens it."""
+        cache for a new order cost a third of the engine's time), joiners are appended from the store. Nothing is
+        copied while the membership is unchanged; a join copies the batch once (a longer joiner widens it)."""
         wanted = set(request_ids)
         self.release([rid for rid in self._ids if rid not in wanted])
         present = set(self._ids)
