@@ -103,7 +103,9 @@ def test_full_model_gives_unseen_arrest_calls_cpr_and_choking_calls_back_blows(f
     choking = [r for r in test_split if r["scenario"] == "choking" and r["esi"] <= 2][:12]
     backend = HFBackend.load(str(full_guidance_model), device="cpu")
     outputs = _generate(backend, [r["transcript"] for r in arrests + choking], max_new_tokens=384)
-    arrest_hits = sum("compressions" in t for t in outputs[: len(arrests)])
+    # Choking, overdose and chest-pain guidance mention compressions too; only the arrest guidance sends a
+    # defibrillator with them.
+    arrest_hits = sum("compressions" in t and "defibrillator" in t for t in outputs[: len(arrests)])
     choking_hits = sum("blows" in t or "thrusts" in t for t in outputs[len(arrests) :])
     assert arrest_hits >= 0.9 * len(arrests)
     assert choking_hits >= 0.8 * len(choking)
