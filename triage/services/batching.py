@@ -139,7 +139,7 @@ def _screens(policy: str) -> bool:
     return cls is None or cls.urgency_aware
 
 
-def _claim(call_id: int | None, batch_max: int, wait_s: float, screen: bool = True) -> list[Call]:
+def _claim(call_id: int | None, batch_max: int, wait_s: float, screen: bool) -> list[Call]:
     """Lock ``call_id`` (if given) and other waiting calls up to ``batch_max`` (pre-screened or oldest first),
     lingering while the batch grows. Must run inside a transaction; returns [] when another worker holds
     ``call_id`` or nothing waits."""
@@ -170,10 +170,10 @@ def _take_more(batch: list[Call], batch_max: int, screen: bool) -> list[Call]:
     taken = [c.pk for c in batch]
     window = list(
         Call.objects.filter(status=CallStatus.RECEIVED).exclude(pk__in=taken)
-        .order_by("created_at", "pk").values_list("pk", "created_at")[:SCREEN_WINDOW]
+        .order_by("created_at", "pk").values_list("pk", "created_at")[: SCREEN_WINDOW if screen else room]
     )
-    if len(window) > room:
-        window = (_ranked_for_triage(window) if screen else window)[:room]
+    if len(window) > room:  # only with screen: otherwise the query took no more than the room
+        window = _ranked_for_triage(window)[:room]
     more = list(_waiting().filter(pk__in=[pk for pk, _ in window]).order_by("created_at", "pk"))
     batch.extend(more)
     return more

@@ -24,7 +24,12 @@ logger = logging.getLogger(__name__)
 # Fields a transition may set together with the status (the inference worker's results).
 TRANSITION_UPDATABLE_FIELDS = frozenset({"guidance", "output_tokens", "failure_reason"})
 # Set while a triage task waits in the broker (see ``send_triage_task``).
-TRIAGE_TASK_PENDING_KEY = f"triage:triage-task:pending:{settings.CELERY_TASK_DEFAULT_QUEUE}"
+def triage_task_pending_key(queue: str) -> str:
+    """The Redis key that marks a triage task waiting, not yet started, on Celery queue ``queue``."""
+    return f"triage:triage-task:pending:{queue}"
+
+
+TRIAGE_TASK_PENDING_KEY = triage_task_pending_key(settings.CELERY_TASK_DEFAULT_QUEUE)
 
 
 def call_create(

@@ -139,6 +139,7 @@ class Command(BaseCommand):
         from django.core.management import call_command
 
         from triage.models import SchedulerSettings
+        from triage.services.calls import triage_task_pending_key
         from triage.services.clients import api_client_create
         from triage.services.config import scheduler_settings_update
         from triage.stack import Stack, free_port
@@ -171,7 +172,7 @@ class Command(BaseCommand):
                 self.stderr.write(f"{policy}: {results[-1]['completed']}/{len(ids)} calls done")
         finally:
             stack.stop_all()
-            _delete_streams(f"triage:loadtest:{run}:*", queue, f"triage:triage-task:pending:{queue}")
+            _delete_keys(f"triage:loadtest:{run}:*", queue, triage_task_pending_key(queue))
             scheduler_settings_update(actor=LOADTEST_ACTOR, policy=configured)
         return results
 
@@ -224,7 +225,8 @@ class Command(BaseCommand):
             w(f"vs FCFS: {json.dumps(r['vs_fcfs'])}")
 
 
-def _delete_streams(pattern: str, *keys: str) -> None:
+def _delete_keys(pattern: str, *keys: str) -> None:
+    """Delete the keys matching ``pattern`` (this run's inference streams) and ``keys``."""
     from triage.realtime import redis_client
 
     client = redis_client()
