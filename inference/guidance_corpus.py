@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 GUIDANCE_FILE = Path(__file__).resolve().parent.parent / "fixtures" / "guidance" / "guidance.json"
+SYNONYMS_FILE = GUIDANCE_FILE.with_name("synonyms.json")
 FALLBACK_SCENARIO = "other"
 PROMPT_PREFIX = "Call: "
 PROMPT_SUFFIX = "\nGuidance:"
@@ -142,12 +143,35 @@ def neutral_fragments(records: list[dict], min_scenarios: int = 3, min_levels: i
     return {k for k in scenarios_of if len(scenarios_of[k]) >= min_scenarios and len(levels_of[k]) >= min_levels}
 
 
+@functools.cache
+def _synonym_pattern() -> tuple[re.Pattern, dict[str, tuple[str, ...]]]:
+    """One regex over every phrase of fixtures/guidance/synonyms.json (longest first) and each phrase's group."""
+    groups = json.loads(SYNONYMS_FILE.read_text())["groups"]
+    group_of = {phrase: tuple(group) for group in groups for phrase in group}
+    alternation = "|".join(re.escape(p) for p in sorted(group_of, key=len, reverse=True))
+    return re.compile(rf"\b(?:{alternation})\b", re.IGNORECASE), group_of
+
+
+def swap_synonyms(text: str, rng, rate: float) -> str:
+    """Each phrase of a synonym group replaced, with probability `rate`, by another phrase of its group."""
+    pattern, group_of = _synonym_pattern()
+
+    def swap(match: re.Match) -> str:
+        group = group_of[match.group(0).lower()]
+        if rng.random() >= rate:
+            return match.group(0)
+        return rng.choice([p for p in group if p != match.group(0).lower()])
+
+    return pattern.sub(swap, text)
+
+
 def augmented_records(records: list[dict], copies: int, seed: int, keep: float = 0.8,
-                      word_drop: float = 0.1) -> list[dict]:
+                      word_drop: float = 0.1, synonym_rate: float = 0.0) -> list[dict]:
     """`copies` rewritten calls per record, deterministic for `seed`. Each copy keeps each of its description
     fragments with probability `keep` (at least one), perhaps joined by those of another call with the same
-    guidance, drops each word with probability `word_drop`, takes new neutral talk in random places, and
-    sometimes loses its punctuation (as a hurried typist writes)."""
+    guidance, says a finding in other words with probability `synonym_rate` (fixtures/guidance/synonyms.json),
+    drops each word with probability `word_drop`, takes new neutral talk in random places, and sometimes loses
+    its punctuation (as a hurried typist writes)."""
     import random
 
     rng = random.Random(seed)
@@ -166,6 +190,8 @@ def augmented_records(records: list[dict], copies: int, seed: int, keep: float =
             if len(peers) > 1 and rng.random() < 0.5:
                 core += core_of[rng.choice(peers)["id"]]
             kept = [f for f in core if rng.random() < keep] or [rng.choice(core)]
+            if synonym_rate:
+                kept = [swap_synonyms(f, rng, synonym_rate) for f in kept]
             words = [w for f in kept for w in f.split() if rng.random() >= word_drop] or kept[0].split()
             parts = [" ".join(words)]
             for _ in range(rng.randint(0, 3) if talk else 0):

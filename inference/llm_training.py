@@ -41,6 +41,7 @@ class LLMTrainingConfig:
     augment_copies: int = 0
     augment_keep: float = 0.8  # each description fragment kept with this probability
     augment_word_drop: float = 0.1
+    augment_synonym_rate: float = 0.0  # each finding said in other words with this probability
     decision_tokens: int = 16
     split_suffixes: bool = False  # see SUFFIX_SPLIT
 

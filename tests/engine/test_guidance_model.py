@@ -15,6 +15,7 @@ from inference.guidance_corpus import (
     guidance_prompt,
     neutral_fragments,
     reference_guidance,
+    swap_synonyms,
 )
 from inference.llm_training import _length_buckets
 from scheduler.config import SchedulerConfig
@@ -54,6 +55,21 @@ def test_augmented_calls_keep_their_guidance_and_are_deterministic():
         assert copy["transcript"].strip()
         changed += copy["transcript"] != original["transcript"]
     assert changed > 0.9 * len(copies)
+
+
+def test_synonym_swaps_say_a_finding_in_other_words_of_its_group_only():
+    text = "He's unconscious and gasping, lips blue, skin clammy, at 12 Elm Road."
+    assert swap_synonyms(text, random.Random(3), rate=0.0) == text
+    swapped = swap_synonyms(text, random.Random(3), rate=1.0)
+    assert swapped == swap_synonyms(text, random.Random(3), rate=1.0)
+    for original, group in [("unconscious", {"unresponsive", "not responding", "out cold", "not waking up",
+                                              "completely out of it"}),
+                            ("gasping", {"barely breathing", "hardly breathing", "breathing very strangely"}),
+                            ("blue", {"purple", "dusky"}),
+                            ("clammy", {"cold and sweaty", "sweaty"})]:
+        assert original not in swapped
+        assert any(p in swapped for p in group)
+    assert swapped.startswith("He's ") and swapped.endswith(" at 12 Elm Road.")
 
 
 def test_neutral_fragments_are_talk_not_symptoms():

@@ -120,7 +120,8 @@ class Command(BaseCommand):
             config = TINY_CONFIG if opts["tiny"] else FULL_CONFIG
             pairs = training_pairs(train_calls + example_records())
             augmented = augmented_records(train_calls + example_records(), config.augment_copies, config.seed,
-                                          config.augment_keep, config.augment_word_drop)
+                                          config.augment_keep, config.augment_word_drop,
+                                          config.augment_synonym_rate)
             stats = train_guidance_model(pairs, out, config, progress=progress, decision_pairs=training_pairs(augmented))
             self.stdout.write(f"guidance LLM: {stats['parameters']:,} parameters, {stats['examples']} examples "
                               f"({len(augmented)} augmented), loss {stats['final_loss']:.3f}, {stats['train_s']} s -> {out}")
