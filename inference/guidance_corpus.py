@@ -98,6 +98,38 @@ def reference_guidance(record: dict) -> str:
     return guidance_for(key, record.get("esi"))
 
 
+OPENING_WORDS = 12  # the first 12 words name one scenario and severity band: no two guidance texts share them
+
+
+def fits_call(guidance: str, record: dict) -> bool:
+    """Whether generated guidance is the call's guidance: it opens as the reference guidance does (the opening
+    names the scenario and what to send; the rest follows from it)."""
+    return guidance.split()[:OPENING_WORDS] == reference_guidance(record).split()[:OPENING_WORDS]
+
+
+def guidance_fit(records: Iterable[dict], texts: dict[str, str]) -> dict[str, dict]:
+    """Share of calls whose generated guidance (``texts`` by record id) fits the call, by split and, within each
+    split, by scenario: ``{split: {"calls", "fit", "by_scenario": {scenario: {"calls", "fit"}}}}``."""
+    counts: dict[str, dict[str, list[int]]] = {}
+    for r in records:
+        if r["id"] not in texts:
+            continue
+        split = counts.setdefault(r.get("split", "train"), {})
+        hit = int(fits_call(texts[r["id"]], r))
+        for key in ("*", r.get("scenario", "?")):
+            tally = split.setdefault(key, [0, 0])
+            tally[0] += 1
+            tally[1] += hit
+    return {
+        split: {
+            "calls": tallies["*"][0],
+            "fit": round(tallies["*"][1] / tallies["*"][0], 4),
+            "by_scenario": {k: {"calls": n, "fit": round(h / n, 4)} for k, (n, h) in sorted(tallies.items()) if k != "*"},
+        }
+        for split, tallies in sorted(counts.items())
+    }
+
+
 def example_records() -> list[dict]:
     """The corpus' own example calls, as call records (enough to train a model without the call corpus)."""
     out = []

@@ -136,10 +136,12 @@ def train_guidance_model(
     config: LLMTrainingConfig = FULL_CONFIG,
     progress: bool = True,
     decision_pairs: list[tuple[str, str]] = (),
+    device: str = "cpu",
 ) -> dict:
     """Train tokenizer + model on (prompt, guidance) pairs and save both to `out_dir`. Returns training stats.
 
-    `decision_pairs` (augmented calls) are trained on the first `config.decision_tokens` guidance tokens only."""
+    `decision_pairs` (augmented calls) are trained on the first `config.decision_tokens` guidance tokens only.
+    Deterministic for a given device (seeded); a CUDA build gives a different, equally trained model."""
     torch.set_num_threads(min(config.threads, torch.get_num_threads()))
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
@@ -160,7 +162,7 @@ def train_guidance_model(
         eos_token_id=tokenizer.eos_token_id,
         tie_word_embeddings=False,
     )
-    model = LlamaForCausalLM(model_config)
+    model = LlamaForCausalLM(model_config).to(device)
     examples = _encode_pairs(tokenizer, pairs, config.max_positions)
     examples += _encode_pairs(tokenizer, list(decision_pairs), config.max_positions, config.decision_tokens)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
@@ -179,7 +181,7 @@ def train_guidance_model(
     for step in bar:
         if not batches:
             batches = _length_buckets(examples, config.batch_size, rng)
-        input_ids, mask, labels = _collate(batches.pop(), tokenizer.pad_token_id)
+        input_ids, mask, labels = (t.to(device) for t in _collate(batches.pop(), tokenizer.pad_token_id))
         loss = model(input_ids=input_ids, attention_mask=mask, labels=labels).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -189,7 +191,7 @@ def train_guidance_model(
         loss_value = 0.9 * loss_value + 0.1 * loss.item() if step else loss.item()
         bar.set_postfix(loss=f"{loss_value:.3f}")
 
-    model.eval()
+    model.eval().to("cpu")
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     out_dir = Path(out_dir)
@@ -202,6 +204,7 @@ def train_guidance_model(
         "examples": len(examples),
         "final_loss": loss_value,
         "train_s": round(time.perf_counter() - started, 1),
+        "device": str(device),
     }
     (out_dir / "training.json").write_text(json.dumps(stats, indent=2))
     return stats

@@ -12,6 +12,8 @@ import pytest
 from inference.guidance_corpus import (
     augmented_records,
     example_records,
+    fits_call,
+    guidance_fit,
     guidance_prompt,
     neutral_fragments,
     reference_guidance,
@@ -125,3 +127,19 @@ def test_full_model_gives_unseen_arrest_calls_cpr_and_choking_calls_back_blows(f
     choking_hits = sum("blows" in t or "thrusts" in t for t in outputs[len(arrests) :])
     assert arrest_hits >= 0.9 * len(arrests)
     assert choking_hits >= 0.8 * len(choking)
+
+
+def test_guidance_fit_counts_a_call_whose_guidance_opens_as_its_reference_by_split_and_scenario():
+    arrest, medication = _examples("cardiac_arrest")[0], _examples("medication_question")[0]
+    records = [{**arrest, "split": "test"}, {**medication, "split": "test"}, {**arrest, "id": "a2", "split": "train"}]
+    texts = {
+        arrest["id"]: reference_guidance(arrest),
+        medication["id"]: reference_guidance(arrest),  # arrest guidance for a prescription question: no fit
+        "a2": " ".join(reference_guidance(arrest).split()[:12]) + " and then something else entirely",
+    }
+    fit = guidance_fit(records, texts)
+    assert fit["test"]["calls"] == 2 and fit["test"]["fit"] == 0.5
+    assert fit["test"]["by_scenario"] == {"cardiac_arrest": {"calls": 1, "fit": 1.0},
+                                          "medication_question": {"calls": 1, "fit": 0.0}}
+    assert fit["train"] == {"calls": 1, "fit": 1.0, "by_scenario": {"cardiac_arrest": {"calls": 1, "fit": 1.0}}}
+    assert not fits_call(" ".join(reference_guidance(arrest).split()[:11]), arrest)

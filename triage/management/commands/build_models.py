@@ -22,7 +22,13 @@ from django.core.management.base import BaseCommand
 from tqdm import tqdm
 
 from inference.backends.hf import HFBackend
-from inference.guidance_corpus import augmented_records, example_records, guidance_prompt, training_pairs
+from inference.guidance_corpus import (
+    augmented_records,
+    example_records,
+    guidance_fit,
+    guidance_prompt,
+    training_pairs,
+)
 from inference.llm_training import FULL_CONFIG, TINY_CONFIG, train_guidance_model
 from inference.predictors.length_probe import Trace, evaluate_probe, train_probe
 from scheduler.config import SchedulerConfig
@@ -161,7 +167,9 @@ class Command(BaseCommand):
             call_command("calibrate", model=str(out), out=str(out.parent / "cost_model.json"),
                          threads=int(os.environ.get("TRIAGE_INFERENCE_THREADS", "1")))
             stage_done("calibrate", mark)
-        self._write_card(out, backend, lengths, records, probe_layer, evaluation, time.perf_counter() - started)
+        fit = guidance_fit(records, texts)
+        (out / "guidance_fit.json").write_text(json.dumps(fit, indent=1))
+        self._write_card(out, backend, lengths, records, probe_layer, evaluation, fit, time.perf_counter() - started)
         (out / "build_stages.json").write_text(json.dumps(stages, indent=1))
         self.stdout.write(self.style.SUCCESS(
             f"models built in {time.perf_counter() - started:.0f} s ("
@@ -180,7 +188,7 @@ class Command(BaseCommand):
         return {r["id"]: float(p.predicted_output_tokens) for r, p in zip(records, preds, strict=True)}
 
     def _write_card(self, out: Path, backend: HFBackend, lengths: dict[str, int], records: list[dict],
-                    probe_layer: int, evaluation: list[dict], elapsed_s: float) -> None:
+                    probe_layer: int, evaluation: list[dict], fit: dict[str, dict], elapsed_s: float) -> None:
         training = json.loads((out / "training.json").read_text())
         by_scenario: dict[str, list[int]] = {}
         for r in records:
@@ -196,6 +204,17 @@ class Command(BaseCommand):
         ]
         for scenario, ls in sorted(by_scenario.items()):
             lines.append(f"| {scenario} | {len(ls)} | {sum(ls) / len(ls):.0f} | {min(ls)} | {max(ls)} |")
+        lines += [
+            "", "## Does the guidance fit the call?", "",
+            "Share of calls whose greedy guidance opens as the call's reference guidance does (its first "
+            "words name the scenario and what to send). The test split's call templates are unseen in training.", "",
+            "| split | calls | fit |", "|---|---|---|",
+        ]
+        lines += [f"| {split} | {f['calls']} | {f['fit']:.1%} |" for split, f in fit.items()]
+        worst = fit.get("test", {}).get("by_scenario", {})
+        if worst:
+            lines += ["", "Test split by scenario, worst first:", "", "| scenario | calls | fit |", "|---|---|---|"]
+            lines += [f"| {k} | {v['calls']} | {v['fit']:.1%} |" for k, v in sorted(worst.items(), key=lambda kv: kv[1]["fit"])]
         lines += [
             "", f"## TRAIL length probe (layer {probe_layer} of {backend.model.config.num_hidden_layers})", "",
             "Mean absolute error of the remaining output length on the test split, by decode position: the probe "
