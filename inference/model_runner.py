@@ -19,8 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from transformers import DynamicCache
+from transformers.cache_utils import Cache
 
+from inference.batch_cache import batch_cache
 from inference.kv_store import KVStore
 
 
@@ -49,6 +50,9 @@ class ModelRunner:
         self._ids: list[str] = []
         self._layers: list[tuple[torch.Tensor, torch.Tensor]] = []
         self._mask: torch.Tensor | None = None
+        # The transformers cache over `_layers`, kept from one step to the next while the membership is unchanged
+        # (its layers append in place, batch_cache.py); None after a membership change rebuilt `_layers`.
+        self._cache: Cache | None = None
 
     # --- the batch's membership ----------------------------------------------------------------------
     @property
@@ -82,6 +86,7 @@ class ModelRunner:
             self.store.free(rid)
 
     def _keep_rows(self, rows: list[int]) -> None:
+        self._cache = None
         if not rows:
             self._ids, self._layers, self._mask = [], [], None
             return
@@ -138,6 +143,7 @@ class ModelRunner:
         self._ids = self._ids + joining
         self._mask = mask
         self._layers = joined
+        self._cache = None
 
     # --- one forward pass ------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -157,13 +163,13 @@ class ModelRunner:
         """Compute these rows' KV in a batch of their own; their caches end up in the store."""
         ids = [r.request_id for r in rows]
         self.release(ids)
-        saved = (self._ids, self._layers, self._mask)
-        self._ids, self._layers, self._mask = [], [], None
+        saved = (self._ids, self._layers, self._mask, self._cache)
+        self._ids, self._layers, self._mask, self._cache = [], [], None, None
         try:
             self._forward(rows)
             self.release(ids)
         finally:
-            self._ids, self._layers, self._mask = saved
+            self._ids, self._layers, self._mask, self._cache = saved
 
     def _forward(self, rows: Sequence[RowInput]) -> list[RowOutput]:
         self._assemble([r.request_id for r in rows])
@@ -184,7 +190,9 @@ class ModelRunner:
             positions[i, new_width - n :] = torch.arange(past_lengths[i], past_lengths[i] + n)
         new_mask = new_mask.to(self.device)
         attention_mask = torch.cat([past_mask, new_mask], dim=1)
-        cache = DynamicCache(ddp_cache_data=self._layers) if past_width else DynamicCache()
+        cache = self._cache if self._cache is not None and past_width else None
+        if cache is None:
+            cache = batch_cache(self._layers if past_width else [], self.model.config.num_hidden_layers)
 
         out = self.model(
             input_ids=input_ids.to(self.device),
@@ -197,19 +205,16 @@ class ModelRunner:
             output_hidden_states=self.probe_layer is not None,
         )
         next_ids = out.logits[:, -1, :].argmax(-1).tolist()
-        layers = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        layers = [(layer.keys, layer.values) for layer in cache.layers]
         if new_width > 1 and not bool(new_mask.all()):
             # Padded query positions may hold garbage (even NaN, from fully masked rows); zero their KV so that
-            # a later `0 * garbage` in attention cannot poison the row.
+            # a later `0 * garbage` in attention cannot poison the row (in place: the views share the buffers).
             pad_cols = (new_mask == 0)[:, None, :, None]
-            layers = [
-                (
-                    torch.cat([k[:, :, :past_width], k[:, :, past_width:].masked_fill(pad_cols, 0)], dim=2),
-                    torch.cat([v[:, :, :past_width], v[:, :, past_width:].masked_fill(pad_cols, 0)], dim=2),
-                )
-                for k, v in layers
-            ]
+            for k, v in layers:
+                k[:, :, past_width:].masked_fill_(pad_cols, 0)
+                v[:, :, past_width:].masked_fill_(pad_cols, 0)
         self._layers = layers
+        self._cache = cache
         self._mask = attention_mask
         hidden = out.hidden_states[self.probe_layer][:, -1, :] if self.probe_layer is not None else None
         return [

@@ -112,21 +112,27 @@ def test_tiny_model_answers_a_prescription_question_briefly_and_sends_no_unit(ti
 
 
 @pytest.mark.slow
-def test_full_model_gives_unseen_arrest_calls_cpr_and_choking_calls_back_blows(full_guidance_model):
+def test_full_model_gives_arrest_calls_cpr_and_choking_calls_back_blows(full_guidance_model):
+    """One call of every training template of the two scenarios where a wrong opening costs a life. How far
+    this carries to wording the model has never seen is measured, not asserted here: the model card's "Does the
+    guidance fit the call?" (test split by scenario; BENCHMARKS.md)."""
     from inference.backends.hf import HFBackend
 
     records = [json.loads(line) for line in CALLS.read_text().splitlines()]
-    test_split = [r for r in records if r["split"] == "test"]
-    arrests = [r for r in test_split if r["scenario"] == "cardiac_arrest"][:12]
-    choking = [r for r in test_split if r["scenario"] == "choking" and r["esi"] <= 2][:12]
+    first_of_template = {}
+    for r in records:
+        if r["split"] == "train" and r["esi"] <= 2 and r["scenario"] in ("cardiac_arrest", "choking"):
+            first_of_template.setdefault(r["template_id"], r)
+    calls = list(first_of_template.values())
     backend = HFBackend.load(str(full_guidance_model), device="cpu")
-    outputs = _generate(backend, [r["transcript"] for r in arrests + choking], max_new_tokens=384)
-    # Choking, overdose and chest-pain guidance mention compressions too; only the arrest guidance sends a
-    # defibrillator with them.
-    arrest_hits = sum("compressions" in t and "defibrillator" in t for t in outputs[: len(arrests)])
-    choking_hits = sum("blows" in t or "thrusts" in t for t in outputs[len(arrests) :])
-    assert arrest_hits >= 0.9 * len(arrests)
-    assert choking_hits >= 0.8 * len(choking)
+    outputs = _generate(backend, [r["transcript"] for r in calls], max_new_tokens=384)
+    for r, text in zip(calls, outputs, strict=True):
+        if r["scenario"] == "cardiac_arrest":
+            # Choking, overdose and chest-pain guidance mention compressions too; only the arrest guidance sends
+            # a defibrillator with them.
+            assert "compressions" in text and "defibrillator" in text, (r["template_id"], text[:120])
+        else:
+            assert "blows" in text or "thrusts" in text, (r["template_id"], text[:120])
 
 
 def test_guidance_fit_counts_a_call_whose_guidance_opens_as_its_reference_by_split_and_scenario():
