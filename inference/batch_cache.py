@@ -41,12 +41,13 @@ class SpareCapacityLayer(DynamicLayer):
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write the new columns after the used ones; O(new columns), plus a copy when the buffer must grow."""
+        """Write the new columns after the used ones: O(new columns), plus a copy when the buffer is full (it then
+        grows to twice its size, and at least MIN_SPARE_COLUMNS past the new end)."""
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
         start, end = self.width, self.width + key_states.shape[-2]
         if end > self._key_buf.shape[-2]:
-            self._grow(max(end, 2 * self._key_buf.shape[-2], start + MIN_SPARE_COLUMNS))
+            self._grow(max(2 * self._key_buf.shape[-2], end + MIN_SPARE_COLUMNS))
         self._key_buf[:, :, start:end] = key_states
         self._value_buf[:, :, start:end] = value_states
         self.width = end
