@@ -1,6 +1,7 @@
 """Throughput of our engine against sequential `model.generate` (and transformers' ContinuousBatchingManager).
 
     python -m inference.bench [--model PATH] [--concurrency 1,8,32] [--max-new 64] [--with-cb] [--json]
+    python -m inference.bench --profile [--concurrency 32] [--max-new 128]   # where the engine's time goes
 
 Each row runs the same N call prompts three ways and reports generated tokens per second:
 `sequential` (one `generate()` per request, one after another), `engine` (all N submitted at once to our
@@ -65,6 +66,16 @@ def run_cb(backend: HFBackend, prompts: list[list[int]], max_new: int) -> tuple[
     return sum(len(o.generated_tokens) for o in out.values()), elapsed
 
 
+def profile_engine(backend: HFBackend, n: int, max_new: int, rows: int = 12) -> str:
+    """One engine run of n prompts under torch.profiler: the operators by self CPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    prompts = bench_prompts(backend, n)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        run_engine(backend, prompts, max_new)
+    return prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=40)
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=os.environ.get("INFERENCE_MODEL", "models/guidance-llm"))
@@ -74,10 +85,15 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--with-cb", action="store_true", help="also run transformers' ContinuousBatchingManager")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--profile", action="store_true", help="profile the engine at each concurrency instead")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     backend = HFBackend.load(args.model, device=args.device)
     run_engine(backend, bench_prompts(backend, 2), 8)  # warm-up
+    if args.profile:
+        for n in [int(x) for x in args.concurrency.split(",")]:
+            print(f"engine, {n} concurrent, {args.max_new} new tokens\n{profile_engine(backend, n, args.max_new)}")
+        return []
     rows = []
     for n in [int(x) for x in args.concurrency.split(",")]:
         prompts = bench_prompts(backend, n)
