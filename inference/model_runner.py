@@ -190,8 +190,8 @@ class ModelRunner:
             positions[i, new_width - n :] = torch.arange(past_lengths[i], past_lengths[i] + n)
         new_mask = new_mask.to(self.device)
         attention_mask = torch.cat([past_mask, new_mask], dim=1)
-        cache = self._cache if self._cache is not None and past_width else None
-        if cache is None:
+        cache = self._cache
+        if cache is None:  # the membership changed: wrap the rebuilt tensors (no copy)
             cache = batch_cache(self._layers if past_width else [], self.model.config.num_hidden_layers)
 
         out = self.model(

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from inference.guidance_corpus import (
+    OPENING_WORDS,
     augmented_records,
     example_records,
     fits_call,
@@ -141,11 +142,11 @@ def test_guidance_fit_counts_a_call_whose_guidance_opens_as_its_reference_by_spl
     texts = {
         arrest["id"]: reference_guidance(arrest),
         medication["id"]: reference_guidance(arrest),  # arrest guidance for a prescription question: no fit
-        "a2": " ".join(reference_guidance(arrest).split()[:12]) + " and then something else entirely",
+        "a2": " ".join(reference_guidance(arrest).split()[:OPENING_WORDS]) + " and then something else entirely",
     }
     fit = guidance_fit(records, texts)
     assert fit["test"]["calls"] == 2 and fit["test"]["fit"] == 0.5
     assert fit["test"]["by_scenario"] == {"cardiac_arrest": {"calls": 1, "fit": 1.0},
                                           "medication_question": {"calls": 1, "fit": 0.0}}
     assert fit["train"] == {"calls": 1, "fit": 1.0, "by_scenario": {"cardiac_arrest": {"calls": 1, "fit": 1.0}}}
-    assert not fits_call(" ".join(reference_guidance(arrest).split()[:11]), arrest)
+    assert not fits_call(" ".join(reference_guidance(arrest).split()[: OPENING_WORDS - 1]), arrest)
