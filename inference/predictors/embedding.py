@@ -69,7 +69,9 @@ class SentenceEncoder:
         """Embeddings of ``texts`` in input order, shape (len(texts), dim)."""
         if not texts:
             return torch.zeros((0, self.dim))
-        todo = sorted({t for t in texts if self._memo is None or t not in self._memo}, key=len)
+        # Batches of similar length pad little. Ties go by text: set order follows PYTHONHASHSEED, and a text's
+        # embedding moves in the last bits with its batch, so that would change the trained weights per process.
+        todo = sorted({t for t in texts if self._memo is None or t not in self._memo}, key=lambda t: (len(t), t))
         fresh: dict[str, torch.Tensor] = {}
         for start in range(0, len(todo), self.batch_size):
             batch = todo[start : start + self.batch_size]

@@ -102,4 +102,9 @@ class EsiClassifier:
 
 
 def apply_danger_zone_rule(levels: Sequence[int], transcripts: Sequence[str]) -> list[int]:
-    return [min(level, 2) if danger else level for level, danger in zip(levels, danger_zone_vitals(transcripts), strict=True)]
+    return cap_danger_zone(levels, danger_zone_vitals(transcripts))
+
+
+def cap_danger_zone(levels: Sequence[int], danger: Sequence[bool]) -> list[int]:
+    """ESI decision point D: a call quoting a danger-zone vital sign is at least ESI 2."""
+    return [min(level, 2) if d else level for level, d in zip(levels, danger, strict=True)]

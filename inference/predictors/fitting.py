@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from .esi import N_LEVELS, EsiHead, NgramHead, apply_danger_zone_rule, decide_levels
+from .esi import N_LEVELS, EsiHead, NgramHead, cap_danger_zone, decide_levels
 from .evaluation import esi_metrics, objective
 from .length import LengthHead
 from .ngrams import fit_idf, tfidf
@@ -111,16 +111,17 @@ def fit_length_head(x: torch.Tensor, standardised_log_tokens: torch.Tensor, cfg:
 
 
 def tune_thresholds(
-    probabilities: torch.Tensor, true: Sequence[int], transcripts: Sequence[str], rounds: int = 3
+    probabilities: torch.Tensor, true: Sequence[int], danger: Sequence[bool], rounds: int = 3
 ) -> tuple[float, ...]:
     """Coordinate ascent over the 4 cumulative thresholds, maximising ``evaluation.objective`` of the
-    full decision (thresholds, then the danger-zone rule). Starts at 0.5 (the median level); ties keep
-    the lower (more urgent) threshold.
+    full decision (thresholds, then the danger-zone rule with each call's ``danger`` flag, computed once
+    by the caller: parsing the vitals costs far more than a score). Starts at 0.5 (the median level); ties
+    keep the lower (more urgent) threshold.
     """
     thresholds = [0.5] * (N_LEVELS - 1)
 
     def score(candidate: Sequence[float]) -> float:
-        levels = apply_danger_zone_rule(decide_levels(probabilities, candidate).tolist(), transcripts)
+        levels = cap_danger_zone(decide_levels(probabilities, candidate).tolist(), danger)
         return objective(esi_metrics(true, levels))
 
     best = score(thresholds)

@@ -24,11 +24,12 @@ import torch
 from . import REPO_ROOT, TriagePrediction, TriagePredictor
 from .bundle import read_bundle, write_bundle
 from .embedding import BUNDLED_MINILM, SentenceEncoder
-from .esi import EsiClassifier, apply_danger_zone_rule, decide_levels, esi_inputs, mix
+from .esi import EsiClassifier, cap_danger_zone, decide_levels, esi_inputs, mix
 from .evaluation import esi_metrics, length_metrics, objective
 from .fitting import HeadConfig, fit_esi_head, fit_length_head, fit_ngram_head, tune_thresholds
 from .length import LengthPredictor
 from .length_labels import length_labels
+from .lexical import danger_zone_vitals
 from .model_card import render_model_card
 from .ngrams import DEFAULT_BUCKETS
 
@@ -173,12 +174,13 @@ def train_esi(
             with torch.inference_mode():
                 oof_ngrams[held] = torch.softmax(fold_ngrams.logits([texts[i] for i in held]), dim=1).double()
     true = y.tolist()
+    danger = danger_zone_vitals(texts)
     weights = config.ngram_weights if oof_ngrams is not None else (0.0,)
     candidates = []  # (objective, -weight, weight, thresholds): ties keep the smaller n-gram weight
     for weight in weights:
         mixed = mix(oof, oof_ngrams, weight)
-        thresholds = tune_thresholds(mixed, true, texts)
-        levels = apply_danger_zone_rule(decide_levels(mixed, thresholds).tolist(), texts)
+        thresholds = tune_thresholds(mixed, true, danger)
+        levels = cap_danger_zone(decide_levels(mixed, thresholds).tolist(), danger)
         candidates.append((objective(esi_metrics(true, levels)), -weight, weight, thresholds))
     _, _, weight, thresholds = max(candidates)
     mixed = mix(oof, oof_ngrams, weight)
@@ -189,7 +191,7 @@ def train_esi(
         "validation_templates": len({r["template_id"] for r in train}),
         "ngram_weight": weight,
         "ngram_weights_tried": {str(w): round(score, 6) for score, _, w, _ in candidates},
-        "tuned": esi_metrics(true, apply_danger_zone_rule(decide_levels(mixed, thresholds).tolist(), texts)),
+        "tuned": esi_metrics(true, cap_danger_zone(decide_levels(mixed, thresholds).tolist(), danger)),
         "argmax": esi_metrics(true, (mixed.argmax(dim=1) + 1).tolist()),
         "embedding_only_argmax": esi_metrics(true, (oof.argmax(dim=1) + 1).tolist()),
     }

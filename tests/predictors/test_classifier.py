@@ -1,12 +1,14 @@
 """The trained classifier (tiny config) on its test split: the model card is what the code computes."""
 
-import dataclasses
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from inference.predictors import PredictorsNotBuilt, load_triage_predictor, training
+from inference.predictors import REPO_ROOT, PredictorsNotBuilt, load_triage_predictor, training
 from inference.predictors.length_labels import length_labels
 
 ARREST = "My husband has just collapsed in the kitchen, he's not breathing and I can't feel a pulse, his lips are blue"
@@ -42,11 +44,30 @@ def test_evaluation_uses_only_test_split_templates(trained_predictors_dir):
     assert test_templates and not test_templates & train_templates
 
 
+_MICRO_TRAINING = """
+import dataclasses, json, sys
+from pathlib import Path
+from inference.predictors import training
+micro = dataclasses.replace(training.TINY, name="micro", train_limit=120, test_limit=40)
+metrics = training.train(micro, out_dir=Path(sys.argv[1]), lengths_path=None)
+metrics.pop("timing")
+print(json.dumps(metrics, sort_keys=True))
+"""
+
+
+def _train_micro_in_a_process(out_dir: Path, hash_seed: str) -> dict:
+    env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+    done = subprocess.run(
+        [sys.executable, "-c", _MICRO_TRAINING, str(out_dir)], env=env, cwd=REPO_ROOT, capture_output=True,
+        text=True, check=True, timeout=300,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def test_training_twice_with_the_same_seed_gives_the_same_metrics(tmp_path):
-    micro = dataclasses.replace(training.TINY, name="micro", train_limit=120, test_limit=40)
-    first = training.train(micro, out_dir=tmp_path / "a", lengths_path=None)
-    second = training.train(micro, out_dir=tmp_path / "b", lengths_path=None)
-    first.pop("timing"), second.pop("timing")
+    """Two processes with different string hashing (set order) train the same bytes."""
+    first = _train_micro_in_a_process(tmp_path / "a", "1")
+    second = _train_micro_in_a_process(tmp_path / "b", "2")
     assert second == first  # same version (a hash of the weights), thresholds and numbers
     assert (tmp_path / "a" / "heads.safetensors").read_bytes() == (tmp_path / "b" / "heads.safetensors").read_bytes()
 
