@@ -149,8 +149,8 @@ class Engine:
     def cancel(self, request_id: str) -> None:
         self.scheduler.cancel(request_id)
 
-    def reprioritise(self, request_id: str, level: int) -> None:
-        self.scheduler.reprioritise(request_id, level)
+    def reprioritise(self, request_id: str, level: int, tier: str | None = None) -> None:
+        self.scheduler.reprioritise(request_id, level, tier)
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()

@@ -2,12 +2,15 @@
 
 Threads:
 - intake: reads the inference stream through the consumer group (after first reclaiming entries left
-  pending by a dead worker) into the scheduler's arrival buffer (`engine.add_request`, O(1));
+  pending by a dead worker) into the scheduler's arrival buffer (`engine.add_request`, O(1)), at the call's
+  current level and tier from the database (an override made while no worker listened is not lost); no
+  error ends it (a Redis or database outage: it retries, then re-reads what was delivered to it);
 - control: Redis pub/sub `triage:control`: config reloads, re-prioritisation, cancellation;
 - metrics: a Prometheus text endpoint (optional);
 - main: the engine loop. After every iteration it buffers state changes and tokens; every `flush_interval_s`
   it publishes tokens, persists transitions and results in one transaction, and only then acknowledges the
-  stream entries of the calls whose result is stored.
+  stream entries of the calls whose result is stored (a failed transaction is retried at the next flush).
+  A policy change in the settings hands every live request to a scheduler of the new policy.
 
 SIGTERM: stop reading, finish what was admitted (drain), flush, exit. Anything unfinished stays pending in
 the stream and is reclaimed by the next worker: no call is lost, none is stored twice (a reclaimed entry
@@ -32,12 +35,14 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import redis
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection
 
 from inference.engine import Engine, StepResult
 from scheduler.decision import PreemptionMode
+from scheduler.policies import make_scheduler
 from triage import realtime
 from triage.models import CallStatus
+from triage.selectors.calls import calls_generation_priority
 from triage.services import generation
 
 log = logging.getLogger("inference.worker")
@@ -82,6 +87,7 @@ class InferenceWorker:
         self._entries: dict[int, list[str]] = defaultdict(list)  # call id -> stream entry ids to acknowledge
         self._entries_lock = threading.Lock()
         self._pending = _Pending()
+        self._unacknowledged: list[str] = []  # entries of stored calls that Redis refused to XACK
         self._last_flush = 0.0
         self._last_metrics = 0.0
         self._started_at = time.time()
@@ -89,6 +95,7 @@ class InferenceWorker:
         self.stats: Counter[str] = Counter()
         self._threads: list[threading.Thread] = []
         self._http: ThreadingHTTPServer | None = None
+        self._metrics_snapshot = self.metrics()  # what the metrics endpoint serves; the engine loop refreshes it
 
     # --- lifecycle ----------------------------------------------------------------------------------------
     def ensure_group(self) -> None:
@@ -183,27 +190,40 @@ class InferenceWorker:
 
     def _intake_loop(self) -> None:
         """Read new entries; every `claim_idle_ms / 3` heartbeat and take over dead workers' entries. While
-        draining (SIGTERM) it reads nothing new but keeps the heartbeat until the engine loop has returned."""
+        draining (SIGTERM) it reads nothing new but keeps the heartbeat until the engine loop has returned.
+
+        No error ends the thread (it would leave the worker alive but deaf, still heartbeating its calls):
+        after a failure it waits, then re-reads the entries already delivered to it, so one that was read but
+        not admitted (the database was down) is admitted then."""
         next_claim = time.monotonic() + self._claim_interval_s()
+        reread_own = False
         while not self.stopped.is_set():
-            if time.monotonic() >= next_claim:
-                next_claim = time.monotonic() + self._claim_interval_s()
-                self._heartbeat_and_claim()
-            if self.stopping.is_set():
-                self.stopped.wait(max(0.0, next_claim - time.monotonic()))
-                continue
             try:
-                reply = self.redis.xreadgroup(
-                    self.opts.group, self.opts.consumer, {self.opts.stream: ">"}, count=self.opts.read_count,
-                    block=max(1, min(500, int(self._claim_interval_s() * 1000))),
-                )
-            except redis.RedisError:
-                log.warning("stream read failed; retrying", exc_info=True)
-                time.sleep(1.0)
-                continue
-            for _, entries in reply or []:
-                self._admit(entries)
+                if time.monotonic() >= next_claim:
+                    next_claim = time.monotonic() + self._claim_interval_s()
+                    self._heartbeat_and_claim()
+                if self.stopping.is_set():
+                    self.stopped.wait(max(0.0, next_claim - time.monotonic()))
+                    continue
+                if reread_own:
+                    self._read_and_admit("0", block_ms=None)
+                    reread_own = False
+                self._read_and_admit(">", block_ms=max(1, min(500, int(self._claim_interval_s() * 1000))))
+            except Exception:
+                log.exception("stream intake failed; retrying in 1 s")
+                connection.close()  # a broken connection is replaced at the next query
+                reread_own = True
+                self.stopped.wait(1.0)
         connection.close()  # this thread's own database connection
+
+    def _read_and_admit(self, start: str, *, block_ms: int | None) -> None:
+        """Admit entries from the stream: ">" new ones, "0" those already delivered to this consumer."""
+        reply = self.redis.xreadgroup(
+            self.opts.group, self.opts.consumer, {self.opts.stream: start}, count=self.opts.read_count if start == ">"
+            else 10_000, block=block_ms,
+        )
+        for _, entries in reply or []:
+            self._admit(entries)
 
     def _heartbeat_and_claim(self) -> None:
         try:
@@ -216,7 +236,8 @@ class InferenceWorker:
             log.info("took over %d stream entries left by a dead worker", taken)
 
     def _admit(self, entries: list) -> int:
-        """Hand stream entries to the engine; entries of calls already final are acknowledged at once."""
+        """Hand stream entries to the engine at the call's current level and tier (a dispatcher may have
+        overridden the entry's); entries of calls already final, or deleted, are acknowledged at once."""
         parsed = []
         for entry_id, raw in entries:
             if not raw:
@@ -226,24 +247,32 @@ class InferenceWorker:
         if not parsed:
             return 0
         close_old_connections()
-        final = generation.calls_final_ids(call_ids=[int(f["call_id"]) for _, f in parsed])
+        current = calls_generation_priority(call_ids=[int(f["call_id"]) for _, f in parsed])
         admitted = 0
         for entry_id, f in parsed:
             call_id = int(f["call_id"])
-            if call_id in final:
+            priority = current.get(call_id)
+            if priority is None:
                 self.redis.xack(self.opts.stream, self.opts.group, entry_id)
                 continue
             with self._entries_lock:
-                known = call_id in self._entries
-                if entry_id not in self._entries[call_id]:  # re-claimed by this worker itself
+                seen = entry_id in self._entries[call_id]  # delivered again to this worker (a re-read)
+                live = str(call_id) in self.engine.sequences
+                if not seen:
                     self._entries[call_id].append(entry_id)
-            if known:
-                continue  # a duplicate entry for a call already in the engine: acknowledged with it
-            self.engine.add_request(
-                str(call_id), f["prompt"], level=int(f.get("level") or 3), tier=f.get("tier") or None,
-                predicted_output_tokens=int(float(f.get("predicted_output_tokens") or 64)),
-                arrival_s=float(f.get("accepted_at") or f.get("enqueued_at") or time.time()),
-            )
+            if seen or live:
+                continue  # the call is in the engine: this entry is acknowledged with it
+            level, tier = priority
+            try:
+                self.engine.add_request(
+                    str(call_id), f["prompt"], level=level or int(f.get("level") or 3), tier=tier or None,
+                    predicted_output_tokens=int(float(f.get("predicted_output_tokens") or 64)),
+                    arrival_s=float(f.get("accepted_at") or f.get("enqueued_at") or time.time()),
+                )
+            except Exception:
+                with self._entries_lock:  # not admitted: the re-read after this failure must not skip it
+                    self._entries[call_id].remove(entry_id)
+                raise
             admitted += 1
         self._wake.set()
         return admitted
@@ -271,18 +300,25 @@ class InferenceWorker:
         if kind == "config":
             self.reload_config.set()
         elif kind == "reprioritise":
-            self.engine.reprioritise(str(int(message["call_id"])), int(message["level"]))
+            self.engine.reprioritise(str(int(message["call_id"])), int(message["level"]), message.get("tier") or None)
         elif kind == "cancel":
             self.engine.cancel(str(int(message["call_id"])))
         self._wake.set()
 
     def _apply_config(self) -> None:
-        update = getattr(self.engine.scheduler, "update_config", None)
-        if update is None:
+        """Apply the stored settings between iterations; a new policy takes over every live request."""
+        scheduler = self.engine.scheduler
+        if getattr(scheduler, "update_config", None) is None:
             return
         close_old_connections()
-        config = generation.scheduler_config_load(base=getattr(self.engine.scheduler, "config", None))
-        update(config)
+        config = generation.scheduler_config_load(base=scheduler.config)
+        if config.policy != scheduler.name:
+            successor = make_scheduler(config, scheduler.cost)
+            scheduler.hand_over(successor, now_s=self.engine.clock())
+            self.engine.scheduler = successor
+            log.info("scheduling policy switched from %s to %s", scheduler.name, successor.name)
+        else:
+            scheduler.update_config(config)
         log.info("scheduler configuration reloaded: policy=%s batch_size=%d", config.policy, config.batch_size)
 
     # --- after each iteration -------------------------------------------------------------------------------
@@ -292,7 +328,10 @@ class InferenceWorker:
         for rid, mode, kept in result.preempted:
             pending.of(int(rid)).move(CallStatus.PREEMPTED, at=at, mode=str(mode), kept_tokens=kept)
             self.stats[f"preemptions_{mode}"] += 1
+        evicted = {rid for rid, _, _ in result.preempted}
         for rid in result.paused_ids:
+            if rid in evicted:
+                continue  # paused and evicted in one decision: one preemption, reported with its mode above
             pending.of(int(rid)).move(CallStatus.PREEMPTED, at=at, mode="paused")
             self.stats["preemptions_paused"] += 1
         for t in result.tokens:
@@ -328,8 +367,18 @@ class InferenceWorker:
             log.warning("token publish failed (%d tokens)", len(pending.tokens), exc_info=True)
         if pending.progress:
             close_old_connections()
-            stored = generation.calls_generation_record(progress=pending.progress.values())
+            try:
+                stored = generation.calls_generation_record(progress=pending.progress.values())
+            except DatabaseError:
+                # Nothing was written (one transaction): keep the transitions and results for the next flush.
+                log.warning("storing generation results failed; retrying at the next flush", exc_info=True)
+                connection.close()
+                pending.tokens = []  # published already; nothing was recorded since the swap (same thread)
+                self._pending = pending
+                return
             self._acknowledge(stored)
+        elif self._unacknowledged:
+            self._acknowledge([])
         for call_id, status in pending.done:
             try:
                 realtime.publish_call_done(call_id, status)
@@ -340,15 +389,22 @@ class InferenceWorker:
             self._publish_metrics()
 
     def _acknowledge(self, call_ids: list[int]) -> None:
-        ids = []
+        """XACK the entries of calls whose result is stored; ones Redis refused are retried at the next flush."""
+        ids, self._unacknowledged = self._unacknowledged, []
         with self._entries_lock:
             for call_id in call_ids:
                 if str(call_id) in self.engine.sequences:
                     continue  # still generating (e.g. a transition of a running call); not done yet
                 ids.extend(self._entries.pop(call_id, []))
-        if ids:
+        if not ids:
+            return
+        try:
             self.redis.xack(self.opts.stream, self.opts.group, *ids)
-            self.stats["acknowledged"] += len(ids)
+        except redis.RedisError:
+            log.warning("acknowledging %d stream entries failed; retrying", len(ids), exc_info=True)
+            self._unacknowledged = ids
+            return
+        self.stats["acknowledged"] += len(ids)
 
     # --- metrics --------------------------------------------------------------------------------------------
     def metrics(self) -> dict:
@@ -382,7 +438,7 @@ class InferenceWorker:
         }
 
     def _publish_metrics(self) -> None:
-        m = self.metrics()
+        m = self._metrics_snapshot = self.metrics()
         fields = {k: v for k, v in m.items() if not isinstance(v, dict)}
         try:
             self.redis.hset(realtime.ENGINE_METRICS_KEY, mapping=fields)
@@ -390,7 +446,9 @@ class InferenceWorker:
             log.debug("engine metrics not published", exc_info=True)
 
     def prometheus_text(self) -> str:
-        m = self.metrics()
+        """The engine loop's latest metrics (computed on its thread: the HTTP thread must not read the engine's
+        structures while the loop changes them)."""
+        m = self._metrics_snapshot
         lines = [
             "# TYPE triage_inference_queue_depth gauge",
             *(f'triage_inference_queue_depth{{esi="{k}"}} {v}' for k, v in m["queue_depth_by_esi"].items()),

@@ -67,8 +67,9 @@ class Scheduler(Protocol):
     def cancel(self, request_id: str) -> None:
         """Cancel a waiting or running request; its KV is freed via the next decision's `cancelled`."""
 
-    def reprioritise(self, request_id: str, level: int) -> None:
-        """Change a request's level (a dispatcher override); takes effect at the next decision."""
+    def reprioritise(self, request_id: str, level: int, tier: str | None = None) -> None:
+        """Change a request's level (a dispatcher override) and tier (None: the new level's); takes effect at
+        the next decision."""
 
     def has_work(self) -> bool:
         """True while any request is waiting, running or preempted."""

@@ -36,6 +36,16 @@ class KVMemory:
             max(0, b - self._used_by_tier.get(t, 0)) for t, b in self._reserved.items()
         )
 
+    def set_block_size(self, block_size: int) -> None:
+        """Re-express every holding in blocks of the new size (rounded up: a holding never shrinks below the
+        tokens it covered). O(resident requests)."""
+        if block_size == self.block_size:
+            return
+        held = [(rid, blocks * self.block_size, tier) for rid, (blocks, tier) in self._held.items()]
+        self.block_size = block_size
+        for rid, tokens, tier in held:
+            self.resize(rid, tier, tokens)
+
     def blocks_for(self, tokens: int) -> int:
         return -(-tokens // self.block_size)
 

@@ -48,8 +48,9 @@ class KVAllocation:
             while need > memory.headroom(tier):
                 victim = evictions.pop()
                 if victim is None:
-                    if len(batch) - 1 > i:  # displace the worst member behind r
-                        worst = batch.pop()
+                    j = self._displaceable_member(batch, i)
+                    if j is not None:  # displace the worst member behind r that may be displaced
+                        worst = batch.pop(j)
                         self._return_to_queue(worst, now_s, decision)
                         evictions.discard(worst.id)
                         if worst.kv_tokens_on_device:
@@ -68,6 +69,16 @@ class KVAllocation:
                 continue
             memory.resize(r.id, tier, tokens)
             i += 1
+
+    def _displaceable_member(self: BaseScheduler, batch: list[Request], i: int) -> int | None:
+        """The index of the worst member behind ``batch[i]`` that may lose its slot: one not yet running, or a
+        running one that is preemptible (limited preemption and the tier's cap protect the others, memory
+        pressure included). None: every member behind ``i`` is protected. O(b)."""
+        for j in range(len(batch) - 1, i, -1):
+            r = batch[j]
+            if r.stage not in (Stage.PREFILL, Stage.DECODE) or (self.preemptive and self.preemptible(r)):
+                return j
+        return None
 
     def _evict(self: BaseScheduler, victim: Request, now_s: float, decision: Decision) -> None:
         tokens = victim.kv_tokens_on_device

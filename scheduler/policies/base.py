@@ -83,10 +83,12 @@ class BaseScheduler(KVAllocation):
     def cancel(self, request_id: str) -> None:
         self._control.append(("cancel", request_id))
 
-    def reprioritise(self, request_id: str, level: int) -> None:
+    def reprioritise(self, request_id: str, level: int, tier: str | None = None) -> None:
+        """A new level (a dispatcher override) and the tier that goes with it; ``tier`` None: the tier
+        configured for the new level (its aging, reservation, preemption cap and targets follow the level)."""
         if not 1 <= level <= 5:
             raise ValueError("level must be an ESI level 1..5")
-        self._control.append(("reprioritise", (request_id, level)))
+        self._control.append(("reprioritise", (request_id, level, tier or None)))
 
     def update_config(self, config: SchedulerConfig) -> None:
         """Apply an administrator's change at the next decision (tiers, aging, batch size, capacity...)."""
@@ -94,6 +96,30 @@ class BaseScheduler(KVAllocation):
 
     def has_work(self) -> bool:
         return bool(self.arrival_buffer or self.requests or self._control or self._cancelled_out)
+
+    def hand_over(self, successor: BaseScheduler, now_s: float) -> None:
+        """Give every live request to ``successor`` (a fresh scheduler, e.g. of another policy): waiting,
+        paused and running ones with their KV accounting; running ones become waiting with their KV on device,
+        and the successor's first decision selects its own batch. The successor takes over this scheduler's
+        arrival buffer and control queue themselves, so a submit racing the hand-over is not lost. Call it
+        between iterations. O(n log n)."""
+        successor.arrival_buffer, successor._control = self.arrival_buffer, self._control
+        successor._cancelled_out = self._cancelled_out
+        block_size = self.memory.block_size
+        for r in sorted(self.requests.values(), key=lambda r: self._order[r.id]):
+            if r.stage in (Stage.PREFILL, Stage.DECODE):
+                r.stage = Stage.WAITING
+            successor.requests[r.id] = r
+            successor._order[r.id] = next(successor._arrivals)
+            held = self.memory.held_blocks(r.id)
+            if held:
+                successor.memory.resize(r.id, successor.tier(r).name, held * block_size)
+                successor.eviction_heap.push(r, successor.priority_key(r, now_s))
+            successor._push(r, now_s)
+        successor.preemptions += self.preemptions
+        successor.swapped_tokens += self.swapped_tokens
+        successor.recomputed_tokens += self.recomputed_tokens
+        self.requests, self.running, self._cancelled_out = {}, [], []
 
     def schedule(self, now_s: float) -> Decision:
         self._drain_arrivals(now_s)
@@ -262,13 +288,15 @@ class BaseScheduler(KVAllocation):
                     self.running = [x for x in self.running if x is not r]
                     self._cancelled_out.append(r)
             elif kind == "reprioritise":
-                request_id, level = arg
+                request_id, level, tier = arg
                 r = self.requests.get(request_id)
                 if r is not None:
-                    r.level = level
+                    r.level, r.tier = level, tier
                     self._running_keys.pop(r.id, None)
                     if r.id in self._heap_seq:
                         self._push(r, now_s)
+                    if r.id in self.eviction_heap:
+                        self.eviction_heap.push(r, self.priority_key(r, now_s))
             elif kind == "rekey":
                 r = self.requests.get(arg)
                 if r is not None and r.id in self._heap_seq:
@@ -280,13 +308,13 @@ class BaseScheduler(KVAllocation):
         self.config = config
         self._tier_cache.clear()
         self.memory.capacity_blocks = config.kv_capacity_blocks
+        self.memory.set_block_size(config.block_size)
         self.memory.set_reservations(self._reserved_blocks(config))
         self._running_keys.clear()
         waiting = [e[3] for e in self.schedule_heap if self._heap_seq.get(e[3].id) == e[2]]
         self.schedule_heap, self._heap_seq, self._rekey_events = [], {}, []
         for r in waiting:  # O(n log n), once per administrator change
             self._push(r, now_s)
-        # block_size changes apply to new allocations only; running requests keep their blocks.
 
     @staticmethod
     def _reserved_blocks(config: SchedulerConfig) -> dict[str, int]:

@@ -81,10 +81,10 @@ class ScriptedScheduler:
     def cancel(self, request_id: str) -> None:
         self._cancel.append(request_id)
 
-    def reprioritise(self, request_id: str, level: int) -> None:
+    def reprioritise(self, request_id: str, level: int, tier: str | None = None) -> None:
         for r in self.active + self.arrivals:
             if r.id == request_id:
-                r.level = level
+                r.level, r.tier = level, tier
 
     def has_work(self) -> bool:
         return bool(self.arrivals or self.active or self._cancel)

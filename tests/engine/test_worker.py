@@ -8,6 +8,7 @@ import time
 import uuid
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from inference.guidance_corpus import guidance_prompt
@@ -16,7 +17,7 @@ from scheduler.config import SchedulerConfig
 from scheduler.cost import PRESETS
 from scheduler.policies import make_scheduler
 from triage import realtime
-from triage.models import Call, CallStatus
+from triage.models import Call, CallStatus, SchedulerSettings
 from triage.streams import get_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -57,6 +58,9 @@ def make_worker(tiny_backend, stream_names):
         w.request_stop()
         if w._threads:  # started: its run() (if any) has returned or returns now
             w.stopped.wait(5)
+            w.stopped.set()  # a worker whose run() never ran: its threads end (and close their connections)
+            for t in w._threads:
+                t.join(5)
 
 
 def _calls(n: int, status: str = CallStatus.QUEUED) -> list[Call]:
@@ -149,3 +153,95 @@ def test_prometheus_metrics_name_queue_depth_preemptions_tokens_and_kv_use(make_
     for name in ("triage_inference_queue_depth{esi=\"1\"}", "triage_inference_preemptions_total{mode=\"swap\"}",
                  "triage_inference_tokens_per_second", "triage_inference_kv_use_ratio"):
         assert name in text
+
+
+def _wait(predicate, timeout_s: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _run_in_background(worker: InferenceWorker) -> threading.Thread:
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_database_outage_neither_stops_the_intake_nor_loses_results(make_worker, stream_names):
+    """Every connection the worker holds is killed by PostgreSQL (a failover, a restart): calls that arrive
+    next are still read, generated and stored, and results of that moment are stored at a later flush."""
+    first, *later = _calls(3)
+    worker = make_worker()
+    worker.start()
+    _enqueue(stream_names["stream"], [first])
+    thread = _run_in_background(worker)
+    assert _wait(lambda: _all_final([first]))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        assert cursor.fetchone()[0] >= 2  # the intake thread's and the engine loop's
+    _enqueue(stream_names["stream"], later)
+    assert _wait(lambda: _all_final(later)), [c.status for c in Call.objects.filter(pk__in=[c.pk for c in later])]
+    worker.request_stop()
+    thread.join(30)
+    assert worker._threads[0].is_alive() or worker.stopped.is_set()
+    assert get_redis().xpending(stream_names["stream"], "inference")["pending"] == 0
+
+
+def test_a_call_re_enqueued_after_a_stray_entry_is_generated_and_both_entries_acknowledged(make_worker, stream_names):
+    """A commit that failed after its XADD leaves an entry for a call still `triaged`: the worker generates it,
+    but the call refuses the results. When the sweep queues the call again with a new entry, that entry must
+    be generated, not taken for a duplicate of the first."""
+    [call] = _calls(1, status=CallStatus.TRIAGED)
+    worker = make_worker()
+    worker.start()
+    _enqueue(stream_names["stream"], [call])
+    thread = _run_in_background(worker)
+    assert _wait(lambda: worker.stats["tokens"] > 0 and not worker.engine.sequences)
+    time.sleep(0.2)  # a flush or two: the results are refused
+    assert Call.objects.get(pk=call.pk).status == CallStatus.TRIAGED
+    Call.objects.filter(pk=call.pk).update(status=CallStatus.QUEUED)  # what the sweep's calls_enqueue does,
+    _enqueue(stream_names["stream"], [call])  # with its XADD
+    assert _wait(lambda: _all_final([call]))
+    worker.request_stop()
+    thread.join(30)
+    assert get_redis().xpending(stream_names["stream"], "inference")["pending"] == 0
+
+
+def test_a_call_is_admitted_at_its_current_level_not_the_one_in_its_stream_entry(make_worker, stream_names):
+    """A dispatcher raised the call from ESI 4 to ESI 1 while no worker was listening (a restart): the
+    re-prioritise message is gone, the stream entry still says 4."""
+    [call] = _calls(1)
+    Call.objects.filter(pk=call.pk).update(level=4)
+    call.level = 4
+    _enqueue(stream_names["stream"], [call])
+    Call.objects.filter(pk=call.pk).update(level=1)
+    worker = make_worker()
+    worker.start()
+    assert _wait(lambda: str(call.pk) in worker.engine.sequences, 10)
+    assert worker.engine.sequences[str(call.pk)].request.level == 1
+
+
+def test_a_policy_change_in_the_settings_takes_over_the_running_calls(make_worker, stream_names):
+    calls = _calls(4)
+    worker = make_worker(max_new_tokens=200)
+    worker.start()
+    _enqueue(stream_names["stream"], calls)
+    thread = _run_in_background(worker)
+    assert _wait(lambda: worker.stats["tokens"] >= 4)
+    SchedulerSettings.objects.filter(pk=SchedulerSettings.load().pk).update(policy="fcfs")
+    worker.handle_control({"kind": "config"})
+    assert _wait(lambda: worker.engine.scheduler.name == "fcfs", 10)
+    assert not _all_final(calls)  # the switch happened with calls in flight
+    assert _wait(lambda: _all_final(calls))
+    worker.request_stop()
+    thread.join(30)
+    for c in calls:
+        c.refresh_from_db()
+        assert c.status == CallStatus.DONE and c.audit_events.filter(action="call.done").count() == 1
+    assert get_redis().xpending(stream_names["stream"], "inference")["pending"] == 0

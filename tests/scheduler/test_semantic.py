@@ -135,6 +135,33 @@ def test_the_per_request_preemption_cap_makes_a_request_non_preemptible():
     assert step(s).batch == [low]
 
 
+def _urgent_arrival_short_of_memory_beside(low_cap: int):
+    """capacity 20 blocks of 4 tokens; an ESI-5 request decodes in a batch of 2 and holds 17 of them, then an
+    ESI-1 request whose prompt needs 10 arrives: nothing waits to be evicted, only the running ESI-5 could go."""
+    config = SchedulerConfig(batch_size=2, kv_capacity_blocks=20, block_size=4).with_tier_changes(
+        max_preemptions=low_cap)
+    s = make_scheduler(config, COST)
+    low = req("low", 5, prompt=60, out=100)
+    s.submit(low)
+    for _ in range(5):
+        step(s)
+    s.submit(req("u", 1, prompt=40, out=10))
+    return s, low, step(s)
+
+
+def test_memory_pressure_displaces_a_preemptible_running_request_for_an_urgent_one():
+    s, low, d = _urgent_arrival_short_of_memory_beside(low_cap=8)
+    assert [r.id for r in d.batch] == ["u"] and [p.request.id for p in d.preemptions] == ["low"]
+    assert low.preemptions == 1 and s.memory.used_blocks <= 20
+
+
+def test_memory_pressure_never_displaces_a_protected_running_request():
+    """At its tier's preemption cap a request is protected from memory pressure too: the urgent one waits."""
+    s, low, d = _urgent_arrival_short_of_memory_beside(low_cap=0)
+    assert d.batch == [low] and not d.preemptions and not d.paused
+    assert low.preemptions == 0 and s.memory.used_blocks <= 20
+
+
 def test_reserved_kv_fraction_keeps_blocks_free_for_its_tier():
     config = SchedulerConfig(batch_size=4, kv_capacity_blocks=40, block_size=4)
     tiers = dict(config.tiers)
@@ -172,6 +199,47 @@ def test_reprioritise_moves_a_waiting_request_ahead_at_the_next_decision():
     assert s.schedule(0.0).batch == [b] and b.level == 1
 
 
+def test_reprioritise_gives_the_request_the_new_levels_tier_unless_one_is_named():
+    s = sched(batch_size=1)
+    a = req("a", 1, out=5, tier="Immediate")
+    s.submit(a)
+    s.reprioritise("a", 4)
+    s.schedule(0.0)
+    assert a.tier is None and s.tier(a).name == "Less urgent"  # its aging, reservation and cap follow
+    s.reprioritise("a", 2, "Immediate")
+    s.schedule(0.0)
+    assert (a.level, a.tier, s.tier(a).name) == (2, "Immediate", "Immediate")
+
+
+def test_reprioritise_re_ranks_a_paused_request_in_the_eviction_order():
+    """Two paused requests keep KV on device; the one raised to ESI 1 must no longer be the first victim."""
+    s = sched(batch_size=2)
+    low, mid = req("low", 5, out=50), req("mid", 4, out=50)
+    s.submit(low)
+    s.submit(mid)
+    step(s)
+    s.submit(req("u1", 1, out=50))
+    s.submit(req("u2", 1, out=50))
+    step(s)  # both paused, both resident
+    assert s.eviction_heap.ids() == {"low", "mid"}
+    s.reprioritise("low", 2)
+    s.schedule(1.0)
+    assert s.eviction_heap.pop().id == "mid"
+
+
+def test_a_new_block_size_re_expresses_every_holding_without_losing_tokens():
+    s = sched(batch_size=2, kv_capacity_blocks=100, block_size=4)
+    a, b = req("a", 3, prompt=10, out=50), req("b", 3, prompt=30, out=50)
+    s.submit(a)
+    s.submit(b)
+    step(s)
+    assert s.memory.used_blocks == 3 + 8  # ceil(10/4) + ceil(30/4)
+    s.update_config(s.config.with_changes(block_size=8))
+    step(s)
+    assert s.memory.block_size == 8
+    assert s.memory.used_blocks == 2 + 4  # ceil(11/8) + ceil(31/8): every context token still has a block
+
+
 def test_update_config_applies_a_new_batch_size_at_the_next_decision():
     s = sched(batch_size=1)
     for i in range(4):
@@ -179,6 +247,32 @@ def test_update_config_applies_a_new_batch_size_at_the_next_decision():
     assert len(step(s).batch) == 1
     s.update_config(s.config.with_changes(batch_size=3))
     assert len(step(s).batch) == 3
+
+
+def test_a_hand_over_to_another_policy_keeps_every_request_and_its_kv_accounting():
+    s = sched(batch_size=2)
+    requests = [req(f"r{i}", 1 + i % 5, prompt=12, out=6 + i) for i in range(5)]
+    for r in requests:
+        s.submit(r)
+    step(s)
+    step(s)
+    late = req("late", 1, out=4)
+    s.submit(late)
+    step(s)  # the ESI-1 arrival pauses a running request: waiting, paused and running requests all exist
+    s.submit(req("queued", 2, out=3))  # still in the arrival buffer at the hand-over
+    used = s.memory.used_blocks
+    fcfs = make_scheduler(s.config.with_changes(policy="fcfs"), COST)
+    s.hand_over(fcfs, now_s=1.0)
+    assert fcfs.memory.used_blocks == used and set(fcfs.eviction_heap.ids()) <= set(fcfs.requests)
+    s.submit(req("racing", 5, out=2))  # a submit through the old object after the hand-over still arrives
+    done = []
+    for _ in range(200):
+        if not fcfs.has_work():
+            break
+        d = step(fcfs, 1.0)
+        done += [r.id for r in d.batch if r.stage is Stage.DONE]
+    assert sorted(done) == sorted([r.id for r in requests] + ["late", "queued", "racing"])
+    assert fcfs.memory.used_blocks == 0 and fcfs.preemptions >= 1
 
 
 def test_submit_from_other_threads_loses_nothing():

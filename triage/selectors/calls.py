@@ -7,7 +7,7 @@ from datetime import datetime
 
 from django.db.models import QuerySet
 
-from triage.models import ApiClient, Call
+from triage.models import FINAL_STATUSES, ApiClient, Call
 
 
 def _visible_calls(client: ApiClient | None) -> QuerySet[Call]:
@@ -36,3 +36,11 @@ def call_list(
     if since is not None:
         calls = calls.filter(received_at__gte=since)
     return calls.order_by("-created_at", "-id")
+
+
+def calls_generation_priority(*, call_ids: Iterable[int]) -> dict[int, tuple[int, str] | None]:
+    """For the inference worker's intake: each existing call's current (level, tier name; "" without a tier),
+    or None when it needs no generation any more (done, failed or cancelled). The stream entry's level is the
+    one at enqueue time; a dispatcher's later override is here. Calls that do not exist are absent."""
+    rows = Call.objects.filter(pk__in=list(call_ids)).values_list("pk", "status", "level", "tier__name")
+    return {pk: None if status in FINAL_STATUSES else (level, tier or "") for pk, status, level, tier in rows}

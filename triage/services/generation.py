@@ -8,7 +8,7 @@ one transaction per flush, so a burst of 32 calls costs one commit, not 32.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -69,11 +69,6 @@ def calls_generation_record(*, progress: Iterable[CallProgress]) -> list[int]:
             if call.status in FINAL_STATUSES:
                 stored.append(call.pk)
     return stored
-
-
-def calls_final_ids(*, call_ids: Sequence[int]) -> set[int]:
-    """Which of these calls need no generation any more (done, failed or cancelled)."""
-    return set(Call.objects.filter(pk__in=list(call_ids), status__in=FINAL_STATUSES).values_list("pk", flat=True))
 
 
 def call_generation_fail(*, call_id: int, reason: str) -> None:

@@ -21,7 +21,8 @@ OVERRIDE_REASON_MAX_CHARS = 1000
 def call_override_level(*, call: Call, level: int, reason: str, user: AbstractBaseUser) -> Call:
     """Set the call's level to ``level`` for ``reason``; dispatchers (and supervisors) only.
 
-    Publishes ``{"kind": "reprioritise", "call_id", "level"}`` on the control channel after the commit.
+    Publishes ``{"kind": "reprioritise", "call_id", "level", "tier"}`` on the control channel after the commit
+    (``tier``: the tier of the new level, "" when no tier claims it).
     """
     _check_override(level=level, reason=reason, user=user)
     with transaction.atomic():
@@ -45,7 +46,10 @@ def call_override_level(*, call: Call, level: int, reason: str, user: AbstractBa
             data={"from_level": previous, "to_level": level, "reason": assessment.override_reason},
         )
         call_changed_on_commit(locked.pk)
-        control_publish_on_commit({"kind": "reprioritise", "call_id": locked.pk, "level": level})
+        control_publish_on_commit({
+            "kind": "reprioritise", "call_id": locked.pk, "level": level,
+            "tier": locked.tier.name if locked.tier else "",
+        })
     call.level, call.tier = locked.level, locked.tier
     return locked
 

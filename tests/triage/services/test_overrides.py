@@ -68,8 +68,8 @@ def test_an_untriaged_or_finished_call_cannot_be_overridden(dispatcher, triaged_
         call_override_level(call=call, level=2, reason="r", user=dispatcher)
 
 
-def test_the_override_reaches_the_control_channel_after_commit(
-    dispatcher, triaged_call, redis_conn, django_capture_on_commit_callbacks
+def test_the_override_reaches_the_control_channel_after_commit_with_the_new_levels_tier(
+    dispatcher, tiers, triaged_call, redis_conn, django_capture_on_commit_callbacks
 ):
     call = triaged_call()
     pubsub = redis_conn.pubsub()
@@ -79,4 +79,4 @@ def test_the_override_reaches_the_control_channel_after_commit(
         call_override_level(call=call, level=3, reason="breathing again", user=dispatcher)
     message = pubsub.get_message(timeout=2)
     pubsub.close()
-    assert json.loads(message["data"]) == {"kind": "reprioritise", "call_id": call.pk, "level": 3}
+    assert json.loads(message["data"]) == {"kind": "reprioritise", "call_id": call.pk, "level": 3, "tier": "Urgent"}

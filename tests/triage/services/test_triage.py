@@ -4,22 +4,10 @@ from inference.guidance_corpus import normalise_transcript
 from tests.fixtures.predictors import ARREST_TRANSCRIPT
 from tests.fixtures.services import stream_entries
 from tests.triage.factories import make_call
-from triage.models import AuditEvent, Call, CallStatus, Tier
+from triage.models import AuditEvent, Call, CallStatus
 from triage.services.triage import call_triage_record, calls_enqueue, estimate_prompt_tokens
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def tiers(db):
-    names = ["Immediate", "Emergent", "Urgent", "Less urgent", "Non-urgent"]
-    return [
-        Tier.objects.create(
-            name=name, sort_order=i, esi_levels=[i + 1], ttft_target_mean_s=1, ttft_target_p90_s=2,
-            e2e_target_mean_s=10, e2e_target_p90_s=20,
-        )
-        for i, name in enumerate(names)
-    ]
 
 
 @pytest.fixture
