@@ -13,6 +13,7 @@ from typing import Any
 ESI_LEVELS = (1, 2, 3, 4, 5)
 TIER_NAMES = {1: "Immediate", 2: "Emergent", 3: "Urgent", 4: "Less urgent", 5: "Non-urgent"}
 EVICTION_MODES = ("cost", "recompute", "swap")
+STAGE_MERGE_MODES = ("level", "paper", "strict")
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,10 @@ class SchedulerConfig:
     eviction: str = "cost"
     # When the best request p* is decoding: "level" lets prefills of p*'s own level join and refills freed
     # slots with decode-ready requests; "paper" holds every prefill back (Hua et al. Algorithm 3 as written).
+    # "strict" is "level" in p*'s prefill iterations too. Algorithm 3 merges every candidate into those, but a
+    # prefill batch costs the sum of its prefills, so a less urgent prefill riding along delays p*'s first
+    # token by its whole prefill. Under "strict" it needs the lower_prefill_share credit in either stage; with
+    # a share of 0 no less urgent prefill ever shares an iteration with a more urgent request.
     stage_merge: str = "level"
     # While p* decodes, prefills of less urgent requests may still fill free batch slots, but together they
     # may take at most this share of the decode time (a credit of share x each estimated decode step, capped
@@ -104,8 +109,8 @@ class SchedulerConfig:
             raise ValueError("kv_capacity_blocks and block_size must be >= 1")
         if self.eviction not in EVICTION_MODES:
             raise ValueError(f"eviction must be one of {EVICTION_MODES}")
-        if self.stage_merge not in ("level", "paper"):
-            raise ValueError("stage_merge must be 'level' or 'paper'")
+        if self.stage_merge not in STAGE_MERGE_MODES:
+            raise ValueError(f"stage_merge must be one of {STAGE_MERGE_MODES}")
         if not 0.0 <= self.lower_prefill_share < 1.0:
             raise ValueError("lower_prefill_share must be in [0, 1)")
         if self.limited_preemption_c is not None and self.limited_preemption_c < 0:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from scheduler.config import SchedulerConfig
+from scheduler.config import EVICTION_MODES, STAGE_MERGE_MODES, SchedulerConfig
 from scheduler.cost import PRESETS, CostModel
 from scheduler.decision import Decision
 from scheduler.metrics import RequestOutcome, TdgAccumulator, by_esi, summarise
@@ -266,8 +266,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=SchedulerConfig.batch_size)
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--kv-blocks", type=int, default=None, help="override the profile's KV capacity")
-    ap.add_argument("--eviction", default="cost", choices=("cost", "recompute", "swap"))
-    ap.add_argument("--stage-merge", default="level", choices=("level", "paper"))
+    ap.add_argument("--eviction", default=SchedulerConfig.eviction, choices=EVICTION_MODES)
+    ap.add_argument("--stage-merge", default=SchedulerConfig.stage_merge, choices=STAGE_MERGE_MODES,
+                    help="what may join p*'s iterations (scheduler/config.py)")
     ap.add_argument("--lower-prefill-share", type=float, default=SchedulerConfig.lower_prefill_share,
                     metavar="RHO", help="share of p*'s decode time less urgent prefills may take (0: Algorithm 3)")
     ap.add_argument("--no-preempt", action="store_true", help="no preemption on arrival")

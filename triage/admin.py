@@ -148,7 +148,8 @@ class SchedulerSettingsAdmin(RoleAdmin):
         ("Policy", {"fields": (
             "policy", "preempt_on_arrival", "preempt_within_level", "limited_preemption_c", "aging_enabled",
         )}),
-        ("Capacity", {"fields": ("batch_size", "kv_capacity_blocks", "block_size")}),
+        ("Stages", {"fields": ("stage_merge", "lower_prefill_share")}),
+        ("Capacity", {"fields": ("batch_size", "kv_capacity_blocks", "block_size", "eviction")}),
         ("Triage micro-batching", {"fields": ("micro_batch_max", "micro_batch_wait_ms")}),
         ("Applied", {"fields": ("version", "updated_at")}),
     )

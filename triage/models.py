@@ -6,6 +6,8 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
+from scheduler.config import EVICTION_MODES, STAGE_MERGE_MODES, SchedulerConfig
+
 ESI_LEVELS = (1, 2, 3, 4, 5)
 ESI_VALIDATORS = [MinValueValidator(1), MaxValueValidator(5)]
 
@@ -145,6 +147,23 @@ class SchedulerSettings(models.Model):
         help_text="Non-preemptible after C × predicted length (TRAIL); empty: always preemptible",
     )
     aging_enabled = models.BooleanField(default=True)
+    stage_merge = models.CharField(
+        max_length=10, choices=[(m, m) for m in STAGE_MERGE_MODES], default=SchedulerConfig.stage_merge,
+        help_text="What may join the most urgent request's iterations. level: same-level prefills join its decode "
+        "steps; paper: none (Hua et al. Algorithm 3); strict: as level, and less urgent prefills stay out of its "
+        "prefill iterations too",
+    )
+    lower_prefill_share = models.FloatField(
+        default=SchedulerConfig.lower_prefill_share, validators=[MinValueValidator(0), MaxValueValidator(0.9)],
+        help_text="Share of the most urgent request's time that less urgent prefills may take to fill free batch "
+        "slots. 0 with stage merge strict: strict priority, for a mass-casualty incident (at light load it makes "
+        "less urgent calls wait several times longer)",
+    )
+    eviction = models.CharField(
+        max_length=10, choices=[(m, m) for m in EVICTION_MODES], default=SchedulerConfig.eviction,
+        help_text="KV of a preempted request when memory binds: cost (keep or recompute, whichever is cheaper), "
+        "recompute (always drop), swap (always keep in host memory)",
+    )
     micro_batch_max = models.PositiveSmallIntegerField(default=32, validators=[MinValueValidator(1)])
     micro_batch_wait_ms = models.PositiveIntegerField(default=50)
     version = models.PositiveIntegerField(default=1, editable=False)

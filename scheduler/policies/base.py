@@ -70,7 +70,7 @@ class BaseScheduler(KVAllocation):
         self._tier_cache: dict[tuple[str | None, int], TierPolicy] = {}
         self.eviction_heap = EvictionHeap()
         self.memory = KVMemory(config.kv_capacity_blocks, config.block_size, self._reserved_blocks(config))
-        self._lower_prefill_credit_s = 0.0  # see _decode_batch
+        self._lower_prefill_credit_s = 0.0  # see _hold_back_lower_prefills
         self.preemptions = 0
         self.swapped_tokens = 0
         self.recomputed_tokens = 0
@@ -377,8 +377,8 @@ class BaseScheduler(KVAllocation):
         candidates = pinned + selected
         if self.stage_aware and candidates:
             best = min(candidates, key=_entry_sort)
-            if decode_ready(best[3]):
-                candidates = self._decode_batch(best, candidates, dropped)
+            if decode_ready(best[3]) or self.config.stage_merge == "strict":
+                candidates = self._hold_back_lower_prefills(best, candidates, dropped)
         for e in dropped:
             if e[2] >= 0:  # popped from the heap this decision, key unchanged: put the entry back as it was
                 self._heap_seq[e[3].id] = e[2]
@@ -390,11 +390,12 @@ class BaseScheduler(KVAllocation):
             self._running_keys[e[3].id] = e[0]
         return [e[3] for e in candidates]
 
-    def _decode_batch(self, best: Entry, candidates: list[Entry], dropped: list[Entry]) -> list[Entry]:
+    def _hold_back_lower_prefills(self, best: Entry, candidates: list[Entry], dropped: list[Entry]) -> list[Entry]:
         """Hua et al. Algorithm 3, p* decoding: a less urgent prefill must not delay p*'s decode, so prefill
-        candidates go back to the queue. Three refinements:
-        - ``config.stage_merge == "level"`` (default): "less urgent" means a worse first key component
-          (effective level): prefills of p*'s own level still join; ``"paper"``: every prefill waits.
+        candidates go back to the queue (``config.stage_merge == "strict"``: p* prefilling too, where the
+        paper merges every candidate). Three refinements:
+        - ``config.stage_merge`` ``"level"`` (default) and ``"strict"``: "less urgent" means a worse first key
+          component (effective level): prefills of p*'s own level still join; ``"paper"``: every prefill waits.
         - the slots the prefills leave are offered to up to 2x as many further waiting requests that may join
           (paused ones are decode-ready), so the batch does not drain while p* decodes.
         - ``config.lower_prefill_share`` (rho): a less urgent prefill may still take a free slot when the
@@ -402,7 +403,7 @@ class BaseScheduler(KVAllocation):
           such decision and is capped at rho x p*'s predicted remaining time, so less urgent prefills take at
           most a share rho of p*'s decode time: p* finishes at most ~rho later, and at light load (where p* is
           nearly always decoding) arrivals are no longer held back for p*'s whole life. O(b log n)."""
-        same_level_joins = self.config.stage_merge == "level"
+        same_level_joins = self.config.stage_merge != "paper"
         level = best[0][0]
         share = self.config.lower_prefill_share
         cost = self.cost

@@ -86,11 +86,13 @@ def test_scheduler_settings_is_a_singleton_edited_in_place(
         "policy": "semantic", "preempt_on_arrival": "on", "limited_preemption_c": "0.8", "aging_enabled": "on",
         "batch_size": 8, "kv_capacity_blocks": before.kv_capacity_blocks, "block_size": before.block_size,
         "micro_batch_max": before.micro_batch_max, "micro_batch_wait_ms": before.micro_batch_wait_ms,
+        "stage_merge": "strict", "lower_prefill_share": "0", "eviction": before.eviction,
     }
     with django_capture_on_commit_callbacks(execute=True):
         assert client.post("/admin/triage/schedulersettings/1/change/", data).status_code == 302
     after = SchedulerSettings.load()
     assert after.batch_size == 8 and after.limited_preemption_c == 0.8 and after.version > before.version
+    assert (after.stage_merge, after.lower_prefill_share) == ("strict", 0.0)
     assert after.preempt_within_level is False  # an unticked box
     assert {"kind": "config", "version": after.version} in control_messages()
 

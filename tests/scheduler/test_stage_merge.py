@@ -1,6 +1,6 @@
 """The stage-aware rule (Hua et al. Algorithm 3) and its light-load refinement, ``lower_prefill_share``: while
 the best request p* decodes, less urgent prefills may fill free slots, but take at most a share rho of its
-decode time."""
+decode time. ``stage_merge="strict"`` applies the same rule while p* prefills."""
 
 import random
 from dataclasses import replace
@@ -13,16 +13,16 @@ from scheduler.policies import make_scheduler
 from scheduler.request import Stage
 from scheduler.simulate import drive, iteration_s, simulate
 from scheduler.workloads import paper_workload, predict
-from tests.scheduler.helpers import COST, req
+from tests.scheduler.helpers import COST, req, sched, step
 
 # Attention-free decode steps (gamma1 = 0), so that the only thing that can slow p* down is a prefill.
 FLAT = replace(COST, gamma1=0.0)
 
 
-def _run_top_with_lower_arrivals(share: float):
+def _run_top_with_lower_arrivals(share: float, stage_merge: str = "level"):
     """p* (ESI 1, 300 tokens) decodes alone; an ESI-4 request with a 200-token prompt arrives every 0.1 s."""
     s = make_scheduler(SchedulerConfig(batch_size=4, kv_capacity_blocks=1000, block_size=4,
-                                       lower_prefill_share=share), FLAT)
+                                       lower_prefill_share=share, stage_merge=stage_merge), FLAT)
     top = req("top", 1, prompt=50, out=300)
     lows = [req(f"l{i}", 4, prompt=200, out=20, arrival=0.1 * (i + 1)) for i in range(30)]
     stats = {"lower_prefill_s": 0.0, "top_iteration_s": 0.0, "lower_joins": 0}
@@ -45,16 +45,71 @@ def test_with_share_0_every_less_urgent_prefill_waits_for_the_decoding_p_star():
     assert top.stage is Stage.DONE
 
 
-def test_less_urgent_prefills_use_free_slots_but_take_at_most_the_share_of_p_stars_time():
+@pytest.mark.parametrize("stage_merge", ["level", "strict"])
+def test_less_urgent_prefills_use_free_slots_but_take_at_most_the_share_of_p_stars_time(stage_merge):
     share = 0.1
-    top, stats = _run_top_with_lower_arrivals(share)
-    solo_top, _ = _run_top_with_lower_arrivals(0.0)
+    top, stats = _run_top_with_lower_arrivals(share, stage_merge)
+    solo_top, _ = _run_top_with_lower_arrivals(0.0, stage_merge)
     assert stats["lower_joins"] >= 5  # free slots are used while p* decodes...
     # ...and the prefills admitted cost at most rho of the time p* spent decoding (the credit never goes
     # negative; the decode step it accrues on is part of each iteration's time)
     assert stats["lower_prefill_s"] <= share * stats["top_iteration_s"] + 1e-12
     # so p* finishes at most ~rho later than under the strict rule
     assert top.finish_s <= solo_top.finish_s * (1 + share) + 1e-9
+
+
+def _urgent_and_lower_arrive_together(stage_merge: str, share: float):
+    s = sched(batch_size=3, stage_merge=stage_merge, lower_prefill_share=share)
+    urgent, lower = req("urgent", 1, prompt=200, out=20), req("lower", 4, prompt=200, out=5)
+    s.submit(urgent)
+    s.submit(lower)
+    return urgent, lower, [step(s).batch for _ in range(25)]
+
+
+def test_by_default_a_less_urgent_prefill_rides_in_the_urgent_prefill_iteration():
+    urgent, lower, batches = _urgent_and_lower_arrive_together("level", 0.0)
+    assert batches[0] == [urgent, lower]  # Algorithm 3: p* prefills, every candidate merges
+
+
+def test_strict_keeps_a_less_urgent_prefill_out_of_the_urgent_requests_iterations():
+    urgent, lower, batches = _urgent_and_lower_arrive_together("strict", 0.0)
+    assert batches[0] == [urgent]  # p*'s first token is not delayed by the lower prefill
+    lower_from = next(i for i, b in enumerate(batches) if lower in b)
+    assert urgent.finish_s is not None and all(urgent not in b for b in batches[lower_from:])
+
+
+def test_strict_with_a_share_admits_the_lower_prefill_once_the_credit_covers_it():
+    urgent, lower, batches = _urgent_and_lower_arrive_together("strict", 0.5)
+    assert batches[0] == [urgent]
+    joined = next(i for i, b in enumerate(batches) if lower in b)
+    assert urgent in batches[joined]  # it shares p*'s decode steps, paid for by the credit
+
+
+def _more_urgent_iterations_with_a_less_urgent_prefill(stage_merge: str) -> int:
+    cost = PRESETS["a100-4b"]
+    arrivals, predictions = _paper(3, 30)
+    config = SchedulerConfig(batch_size=16, kv_capacity_blocks=cost.kv_capacity_blocks(16),
+                             stage_merge=stage_merge, lower_prefill_share=0.0)
+    scheduler = make_scheduler(config, cost)
+    requests = [
+        req(str(i), p.level, prompt=a.prompt_tokens, out=a.output_tokens, arrival=a.t_s, predicted=p.output_tokens)
+        for i, (a, p) in enumerate(zip(arrivals, predictions, strict=True))  # in arrival order
+    ]
+    mixed = 0
+
+    def observe(now, decision, sch):
+        nonlocal mixed
+        best = min(r.level for r in decision.batch)
+        mixed += any(r.level > best and r.needs_prefill for r in decision.batch)
+
+    drive(scheduler, requests, cost, observer=observe)
+    assert all(r.stage is Stage.DONE for r in requests)
+    return mixed
+
+
+def test_strict_with_share_0_never_runs_a_less_urgent_prefill_beside_a_more_urgent_request():
+    assert _more_urgent_iterations_with_a_less_urgent_prefill("level") > 0  # what the default allows
+    assert _more_urgent_iterations_with_a_less_urgent_prefill("strict") == 0
 
 
 def _paper(seed: int, concurrency: int):
@@ -87,6 +142,11 @@ def test_on_the_heavy_workload_esi1_waiting_stays_within_2_percent_of_the_strict
     _, strict_1 = _waits("semantic", arrivals, predictions, lower_prefill_share=0.0)
     _, sem_1 = _waits("semantic", arrivals, predictions)
     assert sem_1 <= 1.02 * strict_1
+
+
+def test_stage_merge_is_validated():
+    with pytest.raises(ValueError, match="stage_merge"):
+        SchedulerConfig(stage_merge="eager")
 
 
 def test_lower_prefill_share_is_validated():

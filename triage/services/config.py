@@ -30,7 +30,8 @@ TIER_FIELDS = frozenset(
 SCHEDULER_FIELDS = frozenset(
     {
         "policy", "batch_size", "kv_capacity_blocks", "block_size", "preempt_on_arrival", "preempt_within_level",
-        "limited_preemption_c", "aging_enabled", "micro_batch_max", "micro_batch_wait_ms",
+        "limited_preemption_c", "aging_enabled", "stage_merge", "lower_prefill_share", "eviction", "micro_batch_max",
+        "micro_batch_wait_ms",
     }
 )
 

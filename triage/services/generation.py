@@ -94,6 +94,6 @@ def scheduler_config_load(*, base: SchedulerConfig | None = None) -> SchedulerCo
     return base.with_changes(
         policy=s.policy, batch_size=s.batch_size, kv_capacity_blocks=s.kv_capacity_blocks, block_size=s.block_size,
         preempt_on_arrival=s.preempt_on_arrival, preempt_within_level=s.preempt_within_level,
-        limited_preemption_c=s.limited_preemption_c,
-        aging_enabled=s.aging_enabled, tiers=tiers or base.tiers,
+        limited_preemption_c=s.limited_preemption_c, aging_enabled=s.aging_enabled, stage_merge=s.stage_merge,
+        lower_prefill_share=s.lower_prefill_share, eviction=s.eviction, tiers=tiers or base.tiers,
     )

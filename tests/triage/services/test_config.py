@@ -5,6 +5,7 @@ import pytest
 from triage.models import AuditEvent, SchedulerSettings, Tier
 from triage.services.config import scheduler_settings_update, tier_create, tier_delete, tier_update
 from triage.services.errors import DomainError
+from triage.streams import control_channel
 
 pytestmark = pytest.mark.django_db
 
@@ -16,7 +17,7 @@ TIER = {
 
 def test_each_config_change_bumps_the_version_and_publishes_it(redis_conn, admin_user, django_capture_on_commit_callbacks):
     pubsub = redis_conn.pubsub()
-    pubsub.subscribe("triage:control")
+    pubsub.subscribe(control_channel())
     pubsub.get_message(timeout=1)
     start = SchedulerSettings.load().version
     with django_capture_on_commit_callbacks(execute=True):
@@ -33,7 +34,12 @@ def test_each_config_change_bumps_the_version_and_publishes_it(redis_conn, admin
 
 
 @pytest.mark.parametrize(
-    ("fields", "name"), [({"batch_size": 0}, "batch_size"), ({"policy": "random"}, "policy"), ({"colour": "x"}, "colour")]
+    ("fields", "name"),
+    [
+        ({"batch_size": 0}, "batch_size"), ({"policy": "random"}, "policy"), ({"colour": "x"}, "colour"),
+        ({"stage_merge": "eager"}, "stage_merge"), ({"lower_prefill_share": 1.0}, "lower_prefill_share"),
+        ({"eviction": "discard"}, "eviction"),
+    ],
 )
 def test_invalid_scheduler_settings_are_refused_by_field(admin_user, fields, name):
     version = SchedulerSettings.load().version
@@ -55,3 +61,11 @@ def test_the_live_scheduler_configuration_carries_the_preemption_settings(admin_
     scheduler_settings_update(actor=admin_user, preempt_within_level=False, limited_preemption_c=0.5)
     config = scheduler_config_load()
     assert config.preempt_within_level is False and config.limited_preemption_c == 0.5
+
+
+def test_the_live_scheduler_configuration_carries_the_stage_and_eviction_settings(admin_user):
+    from triage.services.generation import scheduler_config_load
+
+    scheduler_settings_update(actor=admin_user, stage_merge="strict", lower_prefill_share=0.0, eviction="swap")
+    config = scheduler_config_load()
+    assert (config.stage_merge, config.lower_prefill_share, config.eviction) == ("strict", 0.0, "swap")
