@@ -5,7 +5,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/triage
-TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+# The suite keeps to its own Redis database and control channel (pub/sub is not per database), so a `make demo`
+# on the same Redis (database 0) neither sees the suite's calls and messages nor loses its own to the suite.
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
+TEST_CONTROL_CHANNEL ?= test:triage:control
 
 .PHONY: demo test venv services browser models migrate lint clean
 
@@ -29,7 +32,8 @@ models: venv
 	$(PY) manage.py build_models
 
 test: venv services browser
-	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(VENV)/bin/pytest -q
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) TRIAGE_CONTROL_CHANNEL=$(TEST_CONTROL_CHANNEL) \
+		$(VENV)/bin/pytest -q
 
 lint: venv
 	$(VENV)/bin/ruff check .

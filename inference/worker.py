@@ -2,9 +2,11 @@
 
 Threads:
 - intake: reads the inference stream through the consumer group (after first reclaiming entries left
-  pending by a dead worker) into the scheduler's arrival buffer (`engine.add_request`, O(1)), at the call's
-  current level and tier from the database (an override made while no worker listened is not lost); no
-  error ends it (a Redis or database outage: it retries, then re-reads what was delivered to it);
+  pending by a dead worker) into the scheduler's arrival buffer (`engine.add_request`, O(1)). An entry says
+  which call is ready; what to generate (prompt, current level and tier, arrival) comes from the database, so
+  an override made while no worker listened is not lost, and an entry left over from another database cannot
+  put its prompt on a call that now has its id. No error ends it (a Redis or database outage: it retries,
+  then re-reads what was delivered to it);
 - control: Redis pub/sub `triage:control`: config reloads, re-prioritisation, cancellation;
 - metrics: a Prometheus text endpoint (optional);
 - main: the engine loop. After every iteration it buffers state changes and tokens; every `flush_interval_s`
@@ -42,7 +44,7 @@ from scheduler.decision import PreemptionMode
 from scheduler.policies import make_scheduler
 from triage import realtime
 from triage.models import CallStatus
-from triage.selectors.calls import calls_generation_priority
+from triage.selectors.calls import calls_generation_input
 from triage.services import generation
 
 log = logging.getLogger("inference.worker")
@@ -236,8 +238,10 @@ class InferenceWorker:
             log.info("took over %d stream entries left by a dead worker", taken)
 
     def _admit(self, entries: list) -> int:
-        """Hand stream entries to the engine at the call's current level and tier (a dispatcher may have
-        overridden the entry's); entries of calls already final, or deleted, are acknowledged at once."""
+        """Hand the calls that stream entries name to the engine, as the database has them (prompt, current level
+        and tier, arrival: `calls_generation_input`); the entry's own level and length only stand in for what
+        the call's still uncommitted triage will store. Entries of calls already final, or deleted, are
+        acknowledged at once."""
         parsed = []
         for entry_id, raw in entries:
             if not raw:
@@ -247,12 +251,12 @@ class InferenceWorker:
         if not parsed:
             return 0
         close_old_connections()
-        current = calls_generation_priority(call_ids=[int(f["call_id"]) for _, f in parsed])
+        current = calls_generation_input(call_ids=[int(f["call_id"]) for _, f in parsed])
         admitted = 0
         for entry_id, f in parsed:
             call_id = int(f["call_id"])
-            priority = current.get(call_id)
-            if priority is None:
+            call = current.get(call_id)
+            if call is None:
                 self.redis.xack(self.opts.stream, self.opts.group, entry_id)
                 continue
             with self._entries_lock:
@@ -262,12 +266,11 @@ class InferenceWorker:
                     self._entries[call_id].append(entry_id)
             if seen or live:
                 continue  # the call is in the engine: this entry is acknowledged with it
-            level, tier = priority
             try:
                 self.engine.add_request(
-                    str(call_id), f["prompt"], level=level or int(f.get("level") or 3), tier=tier or None,
-                    predicted_output_tokens=int(float(f.get("predicted_output_tokens") or 64)),
-                    arrival_s=float(f.get("accepted_at") or f.get("enqueued_at") or time.time()),
+                    str(call_id), call.prompt, level=call.level or int(f.get("level") or 3), tier=call.tier or None,
+                    predicted_output_tokens=call.predicted_output_tokens or int(float(f.get("predicted_output_tokens") or 64)),
+                    arrival_s=call.accepted_at_s,
                 )
             except Exception:
                 with self._entries_lock:  # not admitted: the re-read after this failure must not skip it

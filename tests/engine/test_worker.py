@@ -227,6 +227,24 @@ def test_a_call_is_admitted_at_its_current_level_not_the_one_in_its_stream_entry
     assert worker.engine.sequences[str(call.pk)].request.level == 1
 
 
+def test_an_entry_left_by_another_database_generates_the_call_its_id_now_names(make_worker, stream_names):
+    """A Redis that outlived its database (or that a test run shared) still holds an entry for call id N with
+    another call's prompt, level and arrival: the worker generates call N as the database has it."""
+    [call] = _calls(1)
+    Call.objects.filter(pk=call.pk).update(level=2)
+    get_redis().xadd(stream_names["stream"], {
+        "call_id": call.pk, "level": 5, "tier": "", "prompt": guidance_prompt("I need directions to the pharmacy."),
+        "prompt_tokens": 12, "predicted_output_tokens": 24, "enqueued_at": "1000.0", "accepted_at": "1000.0",
+    })
+    worker = make_worker()
+    worker.start()
+    assert _wait(lambda: str(call.pk) in worker.engine.sequences, 10)
+    sequence = worker.engine.sequences[str(call.pk)]
+    assert worker.engine.codec.decode(sequence.token_ids[: sequence.prompt_len]) == guidance_prompt(call.transcript)
+    assert sequence.request.level == 2
+    assert sequence.request.arrival_s == pytest.approx(Call.objects.get(pk=call.pk).created_at.timestamp())
+
+
 def test_a_policy_change_in_the_settings_takes_over_the_running_calls(make_worker, stream_names):
     calls = _calls(4)
     worker = make_worker(max_new_tokens=200)

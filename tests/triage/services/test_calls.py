@@ -7,6 +7,7 @@ from tests.triage.factories import make_call
 from triage.models import AuditEvent, Call, CallStatus
 from triage.services.calls import call_cancel, call_create, call_transition
 from triage.services.errors import InvalidTransition
+from triage.streams import control_channel
 
 pytestmark = pytest.mark.django_db
 
@@ -100,7 +101,7 @@ def test_call_transition_refuses_to_update_other_fields():
 def test_call_cancel_publishes_a_cancel_control_message_after_commit(redis_conn, django_capture_on_commit_callbacks):
     call = make_call()
     pubsub = redis_conn.pubsub()
-    pubsub.subscribe("triage:control")
+    pubsub.subscribe(control_channel())
     pubsub.get_message(timeout=1)
     with django_capture_on_commit_callbacks(execute=True):
         call_cancel(call=call, actor="system:test", reason="caller hung up")

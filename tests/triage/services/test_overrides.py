@@ -9,6 +9,7 @@ from triage.services.calls import call_transition
 from triage.services.errors import Conflict, DomainError, NotAllowed
 from triage.services.overrides import call_override_level
 from triage.services.triage import call_triage_record
+from triage.streams import control_channel
 
 pytestmark = pytest.mark.django_db
 
@@ -73,7 +74,7 @@ def test_the_override_reaches_the_control_channel_after_commit_with_the_new_leve
 ):
     call = triaged_call()
     pubsub = redis_conn.pubsub()
-    pubsub.subscribe("triage:control")
+    pubsub.subscribe(control_channel())
     pubsub.get_message(timeout=1)
     with django_capture_on_commit_callbacks(execute=True):
         call_override_level(call=call, level=3, reason="breathing again", user=dispatcher)
