@@ -322,7 +322,10 @@ class InferenceWorker:
             log.info("scheduling policy switched from %s to %s", scheduler.name, successor.name)
         else:
             scheduler.update_config(config)
-        log.info("scheduler configuration reloaded: policy=%s batch_size=%d", config.policy, config.batch_size)
+        log.info(
+            "scheduler configuration reloaded: policy=%s batch_size=%d stage_merge=%s lower_prefill_share=%g eviction=%s",
+            config.policy, config.batch_size, config.stage_merge, config.lower_prefill_share, config.eviction,
+        )
 
     # --- after each iteration -------------------------------------------------------------------------------
     def _record(self, result: StepResult) -> None:
