@@ -220,9 +220,9 @@ class InferenceWorker:
 
     def _read_and_admit(self, start: str, *, block_ms: int | None) -> None:
         """Admit entries from the stream: ">" new ones, "0" those already delivered to this consumer."""
+        count = self.opts.read_count if start == ">" else 10_000  # a re-read takes every entry still pending
         reply = self.redis.xreadgroup(
-            self.opts.group, self.opts.consumer, {self.opts.stream: start}, count=self.opts.read_count if start == ">"
-            else 10_000, block=block_ms,
+            self.opts.group, self.opts.consumer, {self.opts.stream: start}, count=count, block=block_ms,
         )
         for _, entries in reply or []:
             self._admit(entries)
