@@ -25,6 +25,7 @@ class OverrideForm(forms.Form):
         max_length=500,
         widget=forms.Textarea(attrs={"rows": 2}),
     )
+    disputed_reason = forms.CharField(label="Which reason do you disagree with?", max_length=300, required=False)
 
     def clean_reason(self) -> str:
         reason = self.cleaned_data["reason"].strip()

@@ -236,8 +236,18 @@ class Call(models.Model):
         return self.status in ACTIVE_STATUSES
 
 
+class DecisionPoint(models.TextChoices):
+    """The ESI decision point that decided a level (ESI handbook): A life-saving intervention, B high risk,
+    C resources, D danger-zone vitals."""
+
+    A = "A", "A: life-saving intervention"
+    B = "B", "B: high-risk situation"
+    C = "C", "C: resources"
+    D = "D", "D: danger-zone vitals"
+
+
 class TriageAssessment(models.Model):
-    """The classifiers' verdict on a call, and a dispatcher's override of it."""
+    """The classifiers' verdict on a call, why, and a dispatcher's override of it."""
 
     call = models.OneToOneField(Call, on_delete=models.CASCADE, related_name="assessment")
     predicted_esi = models.PositiveSmallIntegerField(validators=ESI_VALIDATORS)
@@ -246,6 +256,13 @@ class TriageAssessment(models.Model):
     model_version = models.CharField(max_length=100)
     latency_ms = models.FloatField(help_text="Classifier time per call in its micro-batch")
     created_at = models.DateTimeField(auto_now_add=True)
+    decision_point = models.CharField(max_length=1, choices=DecisionPoint.choices, default=DecisionPoint.C)
+    reasons = models.JSONField(default=list, blank=True, help_text='Why this level, e.g. ["B: fever during chemotherapy"]')
+    uncertain = models.BooleanField(
+        default=False, help_text="The algorithm and the model disagree, or the probability is split: a dispatcher should look"
+    )
+    findings = models.JSONField(default=list, blank=True, help_text="What the caller said, as clinical findings")
+    catalogue_version = models.CharField(max_length=60, blank=True, help_text="Clinical catalogue the verdict used")
 
     override_esi = models.PositiveSmallIntegerField(null=True, blank=True, validators=ESI_VALIDATORS)
     overridden_by = models.ForeignKey(
@@ -253,6 +270,9 @@ class TriageAssessment(models.Model):
     )
     overridden_at = models.DateTimeField(null=True, blank=True)
     override_reason = models.TextField(blank=True)
+    override_disputed_reason = models.CharField(
+        max_length=300, blank=True, help_text="The assessment's reason the dispatcher disagreed with"
+    )
 
     @property
     def effective_esi(self) -> int:

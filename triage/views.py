@@ -158,7 +158,10 @@ def _action(
 @require_POST
 def call_override(request: HttpRequest, pk: int) -> HttpResponse:
     def perform(call: Call, data: dict) -> str:
-        call_override_level(call=call, level=data["level"], reason=data["reason"], user=request.user)
+        call_override_level(
+            call=call, level=data["level"], reason=data["reason"], user=request.user,
+            disputed_reason=data.get("disputed_reason", ""),
+        )
         return f"Call {call.pk} is now ESI {data['level']}."
 
     return _action(request, pk, OverrideForm, perform)

@@ -1,15 +1,17 @@
-"""Triage predictors: the ESI urgency classifier and the output-length predictor.
+"""Triage predictors: the ESI level with its decision point and reasons, and the output-length predictor.
 
-Both are small trained heads on all-MiniLM-L6-v2 sentence embeddings (one batched embedding pass per
-``predict`` call). This package never imports Django; torch and transformers are imported lazily, on the
-first load, so importing the API is cheap.
+Per call: the explicit ESI algorithm over the clinical catalogue (``inference.clinical``: findings from the
+free text, decision points A-D), a small trained head on [all-MiniLM-L6-v2 clause embeddings, the algorithm's
+features], and the judgement that combines them (``judgement``). This package never imports Django; torch and
+transformers are imported lazily, on the first load, so importing the API is cheap.
 
 Stable API::
 
     from inference.predictors import load_triage_predictor
     predictor = load_triage_predictor()          # TRIAGE_PREDICTORS_DIR or <repo>/models/predictors
     [p] = predictor.predict(["he's collapsed and he's not breathing"])
-    p.esi, p.probabilities, p.predicted_output_tokens, predictor.version
+    p.esi, p.decision_point, p.reasons, p.uncertain, p.probabilities, p.predicted_output_tokens
+    predictor.version, predictor.catalogue.label
 
 Build the models with ``python manage.py train_predictors``.
 """
@@ -24,6 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from inference.clinical import Catalogue
+
     from .embedding import SentenceEncoder
     from .esi import EsiClassifier
     from .length import LengthPredictor
@@ -50,10 +54,15 @@ class TriagePrediction:
     esi: int
     probabilities: tuple[float, float, float, float, float]
     predicted_output_tokens: int
+    decision_point: str = "C"  # A | B | C | D: the ESI decision point that decided ``esi``
+    reasons: tuple[str, ...] = ()  # "B: fever during chemotherapy", "D: SpO2 89% (danger zone < 92%)"
+    uncertain: bool = False  # algorithm and model disagree, or the probability mass is split
+    findings: tuple[str, ...] = ()  # what the caller said, as findings ("not breathing", "no fever")
 
 
 class TriagePredictor:
-    """ESI level, class probabilities and predicted guidance length for a batch of transcripts."""
+    """ESI level with its decision point and reasons, class probabilities and predicted guidance length for a
+    batch of transcripts."""
 
     def __init__(
         self,
@@ -61,27 +70,61 @@ class TriagePredictor:
         encoder: SentenceEncoder,
         esi: EsiClassifier,
         length: LengthPredictor,
+        catalogue: Catalogue,
         version: str,
     ) -> None:
         self.encoder = encoder
         self.esi = esi
         self.length = length
+        self.catalogue = catalogue
         self.version = version
         self._lock = threading.Lock()
 
+    @property
+    def catalogue_version(self) -> str:
+        return self.catalogue.label
+
     def predict(self, transcripts: Sequence[str]) -> list[TriagePrediction]:
-        """One batched embedding pass, then both heads. Order of the output follows the input."""
+        """The algorithm per call, one batched embedding pass, both heads, the judgement. Output order follows
+        the input."""
+        from .clinical_features import assess_calls, vectorise
+        from .esi import esi_inputs
+        from .judgement import judge
+
         texts = [str(t) for t in transcripts]
         if not texts:
             return []
+        findings, results, active = assess_calls(texts, self.catalogue)
+        clinical = vectorise(active, self.esi.feature_names)
         with self._lock:  # torch modules are not re-entrant across threads sharing one predictor
-            features = self.encoder.encode_calls(texts)
-            probabilities, levels = self.esi.predict(features, texts)
-            tokens = self.length.predict(features)
-        return [
-            TriagePrediction(esi=int(level), probabilities=_five(row), predicted_output_tokens=int(n))
-            for level, row, n in zip(levels, probabilities, tokens, strict=True)
-        ]
+            embeddings = self.encoder.encode_calls(texts)
+            probabilities = self.esi.probabilities(esi_inputs(embeddings, clinical))
+            tokens = self.length.predict(embeddings)
+        levels = self.esi.levels(probabilities)
+        out = []
+        for row, level, result, found, n in zip(probabilities.tolist(), levels, results, findings, tokens, strict=True):
+            verdict = judge(row, level, result)
+            out.append(TriagePrediction(
+                esi=verdict.esi, probabilities=_five(row), predicted_output_tokens=int(n),
+                decision_point=verdict.decision_point, reasons=verdict.reasons, uncertain=verdict.uncertain,
+                findings=describe_findings(found, self.catalogue),
+            ))
+        return out
+
+
+def describe_findings(findings, catalogue) -> tuple[str, ...]:  # noqa: ANN001 - clinical types, imported lazily
+    """Each concept the caller asserted or denied, once, in the catalogue's words: "not breathing",
+    "no fever", "possibly: no pulse"."""
+    out: dict[str, None] = {}
+    for f in findings.items:
+        label = catalogue.concepts[f.concept].label
+        if f.status == "present":
+            out[label] = None
+        elif f.status == "possible":
+            out[f"possibly: {label}"] = None
+        elif f.status == "negated" and not f.derived:
+            out[f"denied: {label}"] = None
+    return tuple(out)
 
 
 def _five(row: Sequence[float]) -> tuple[float, float, float, float, float]:

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 
 MANIFEST_NAME = "predictors.json"
 WEIGHTS_NAME = "heads.safetensors"
-FORMAT = 1
+FORMAT = 2  # 2: the ESI head reads [embeddings, named clinical features]; no n-gram head
 
 
 def _prefixed(prefix: str, state: dict[str, Any]) -> dict[str, Any]:
@@ -31,10 +31,7 @@ def write_bundle(directory: Path, *, esi: Any, length: Any, manifest: dict[str, 
     directory.mkdir(parents=True, exist_ok=True)
     weights = directory / WEIGHTS_NAME
     tensors = {**_prefixed("esi", esi.head.state_dict()), **_prefixed("length", length.head.state_dict())}
-    esi_manifest = {**manifest["esi"], "thresholds": list(esi.thresholds)}
-    if esi.ngram_head is not None:
-        tensors.update(_prefixed("esi_ngrams", esi.ngram_head.state_dict()))
-        esi_manifest["ngrams"] = {"buckets": int(esi.ngram_head.idf.shape[0]), "weight": esi.ngram_weight}
+    esi_manifest = {**manifest["esi"], "thresholds": list(esi.thresholds), "clinical_features": list(esi.feature_names)}
     save_file(tensors, weights)
     manifest = {
         **manifest,
@@ -60,34 +57,31 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 
 
 def read_bundle(directory: Path):  # -> TriagePredictor (import cycle kept out of the signature)
+    from inference.clinical import load_catalogue
+
     from . import TriagePredictor
     from .embedding import SentenceEncoder
-    from .esi import EsiClassifier, EsiHead, NgramHead, input_dim
+    from .esi import EsiClassifier, EsiHead
     from .length import LengthHead, LengthPredictor
 
     manifest = read_manifest(directory)
     if manifest.get("format") != FORMAT:
-        raise ValueError(f"{directory / MANIFEST_NAME}: unsupported bundle format {manifest.get('format')!r}")
+        raise ValueError(
+            f"{directory / MANIFEST_NAME}: bundle format {manifest.get('format')!r}, this code reads {FORMAT}; "
+            "run `python manage.py train_predictors`"
+        )
     tensors = load_file(str(directory / manifest["weights"]))
     encoder = SentenceEncoder(manifest["encoder"], max_length=manifest["max_length"])
     esi_cfg, len_cfg = manifest["esi"], manifest["length"]
-    feature_dim = manifest["call_feature_dim"]
-    esi_head = EsiHead(input_dim(feature_dim), esi_cfg["hidden"], esi_cfg["dropout"])
+    names = tuple(esi_cfg["clinical_features"])
+    esi_head = EsiHead(manifest["call_feature_dim"] + len(names), esi_cfg["hidden"], esi_cfg["dropout"])
     esi_head.load_state_dict(_unprefixed("esi", tensors))
-    ngram_head = None
-    if "ngrams" in esi_cfg:  # bundles from before the n-gram head have none
-        ngram_head = NgramHead(esi_cfg["ngrams"]["buckets"])
-        ngram_head.load_state_dict(_unprefixed("esi_ngrams", tensors))
-    length_head = LengthHead(feature_dim, len_cfg["hidden"], len_cfg["dropout"])
+    length_head = LengthHead(manifest["call_feature_dim"], len_cfg["hidden"], len_cfg["dropout"])
     length_head.load_state_dict(_unprefixed("length", tensors))
     return TriagePredictor(
         encoder=encoder,
-        esi=EsiClassifier(
-            esi_head.eval(),
-            tuple(esi_cfg["thresholds"]),
-            ngram_head=ngram_head.eval() if ngram_head is not None else None,
-            ngram_weight=esi_cfg["ngrams"]["weight"] if ngram_head is not None else 0.0,
-        ),
+        esi=EsiClassifier(esi_head.eval(), tuple(esi_cfg["thresholds"]), names),
         length=LengthPredictor(length_head.eval(), len_cfg["log_mean"], len_cfg["log_std"], len_cfg["max_tokens"]),
+        catalogue=load_catalogue(),
         version=manifest["version"],
     )

@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
 
-from .esi import N_LEVELS, EsiHead, NgramHead, cap_danger_zone, decide_levels
+from .esi import N_LEVELS, EsiHead, decide_levels
 from .evaluation import esi_metrics, objective
 from .length import LengthHead
-from .ngrams import fit_idf, tfidf
 
 THRESHOLD_GRID = tuple(round(0.1 + 0.05 * i, 2) for i in range(12))  # 0.10 .. 0.65
 
@@ -77,32 +76,6 @@ def fit_esi_head(x: torch.Tensor, esi: torch.Tensor, cfg: HeadConfig, seed: int)
         return _fit(model, loss, x, labels, cfg, seed)  # type: ignore[return-value]
 
 
-def fit_ngram_head(transcripts: Sequence[str], esi: torch.Tensor, c: float, seed: int, buckets: int) -> NgramHead:
-    """Fit the idf on ``transcripts`` (TRAIN, or a fold's TRAIN part), then the linear head to convergence:
-    full-batch L-BFGS on the class-balanced cross-entropy plus an L2 penalty of strength 1 / (2 c n) (the
-    objective of an L2 logistic regression with inverse regularisation ``c``). Deterministic: no sampling."""
-    torch.manual_seed(seed)
-    labels = esi - 1
-    model = NgramHead(buckets)
-    nn.init.zeros_(model.linear.weight), nn.init.zeros_(model.linear.bias)
-    model.idf.copy_(fit_idf(transcripts, buckets))
-    x = tfidf(transcripts, model.idf)
-    loss_fn = nn.CrossEntropyLoss(weight=class_weights(labels))
-    penalty = 1.0 / (2 * c * len(labels))
-    optimiser = torch.optim.LBFGS(model.linear.parameters(), lr=1, max_iter=300, history_size=20,
-                                  tolerance_grad=1e-6, line_search_fn="strong_wolfe")
-
-    def closure() -> torch.Tensor:
-        optimiser.zero_grad()
-        loss = loss_fn(model(x), labels) + penalty * model.linear.weight.pow(2).sum()
-        loss.backward()
-        return loss
-
-    with single_threaded():
-        optimiser.step(closure)
-    return model.eval()
-
-
 def fit_length_head(x: torch.Tensor, standardised_log_tokens: torch.Tensor, cfg: HeadConfig, seed: int) -> LengthHead:
     torch.manual_seed(seed)
     model = LengthHead(x.shape[1], cfg.hidden, cfg.dropout)
@@ -111,18 +84,19 @@ def fit_length_head(x: torch.Tensor, standardised_log_tokens: torch.Tensor, cfg:
 
 
 def tune_thresholds(
-    probabilities: torch.Tensor, true: Sequence[int], danger: Sequence[bool], rounds: int = 3
+    probabilities: torch.Tensor, true: Sequence[int], decide: Callable[[Sequence[float]], list[int]] | None = None,
+    rounds: int = 3,
 ) -> tuple[float, ...]:
-    """Coordinate ascent over the 4 cumulative thresholds, maximising ``evaluation.objective`` of the
-    full decision (thresholds, then the danger-zone rule with each call's ``danger`` flag, computed once
-    by the caller: parsing the vitals costs far more than a score). Starts at 0.5 (the median level); ties
-    keep the lower (more urgent) threshold.
+    """Coordinate ascent over the 4 cumulative thresholds, maximising ``evaluation.objective`` of the full
+    decision: ``decide(thresholds)`` gives the final levels (by default the thresholds alone; training passes
+    the judgement, algorithm included). Starts at 0.5 (the median level); ties keep the lower (more urgent)
+    threshold.
     """
     thresholds = [0.5] * (N_LEVELS - 1)
+    decide = decide or (lambda t: decide_levels(probabilities, t).tolist())
 
     def score(candidate: Sequence[float]) -> float:
-        levels = cap_danger_zone(decide_levels(probabilities, candidate).tolist(), danger)
-        return objective(esi_metrics(true, levels))
+        return objective(esi_metrics(true, decide(candidate)))
 
     best = score(thresholds)
     for _, k in itertools.product(range(rounds), range(N_LEVELS - 1)):

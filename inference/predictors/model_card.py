@@ -1,10 +1,12 @@
-"""MODEL_CARD.md, rendered from metrics.json (every number comes from the metrics dict, none is typed)."""
+"""MODEL_CARD.md and reliability.png, rendered from metrics.json (every number comes from the metrics dict)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-TARGETS = {"under_triage_rate": 0.05, "macro_recall": 0.8}
+# The done-criteria on the independent evaluation set.
+TARGETS = {"accuracy": 0.80, "under_triage_rate": 0.05, "esi1_recall": 0.95, "over_triage_rate": 0.15}
 
 
 def _pct(x: float) -> str:
@@ -17,86 +19,125 @@ def _confusion(matrix: list[list[int]]) -> list[str]:
     return lines
 
 
-def _per_level(esi: dict[str, Any]) -> list[str]:
-    lines = ["| level | precision | recall | support | predicted |", "|---|---|---|---|---|"]
-    for level, m in esi["per_level"].items():
-        lines.append(f"| ESI {level} | {m['precision']:.3f} | {m['recall']:.3f} | {m['support']} | {m['predicted']} |")
-    return lines
+def _recalls(esi: dict[str, Any]) -> str:
+    return " / ".join(f"{m['recall']:.2f}" for m in esi["per_level"].values())
 
 
-def _headline(name: str, esi: dict[str, Any]) -> str:
+def _row(name: str, result: dict[str, Any]) -> str:
+    esi = result["esi"]
+    point = result.get("decision_point", {}).get("agreement")
+    ece = result.get("calibration", {}).get("ece")
     return (
-        f"| {name} | {esi['n']} | {_pct(esi['under_triage_rate'])} | {esi['macro_recall']:.3f} | "
-        f"{_pct(esi['over_triage_rate'])} | {_pct(esi['under_triage_any_level_rate'])} | {esi['accuracy']:.3f} |"
+        f"| {name} | {esi['n']} | {esi['accuracy']:.3f} | {_pct(esi['under_triage_rate'])} | "
+        f"{_pct(esi['over_triage_rate'])} | {esi['per_level']['1']['recall']:.3f} | {_recalls(esi)} | "
+        f"{'—' if point is None else f'{point:.3f}'} | {'—' if 'uncertain_rate' not in result else _pct(result['uncertain_rate'])} | "
+        f"{'—' if ece is None else f'{ece:.3f}'} |"
     )
+
+
+def verdict(esi: dict[str, Any]) -> list[str]:
+    checks = [
+        ("exact", esi["accuracy"], ">=", TARGETS["accuracy"]),
+        ("under-triage", esi["under_triage_rate"], "<=", TARGETS["under_triage_rate"]),
+        ("ESI-1 recall", esi["per_level"]["1"]["recall"], ">=", TARGETS["esi1_recall"]),
+        ("over-triage", esi["over_triage_rate"], "<=", TARGETS["over_triage_rate"]),
+    ]
+    return [
+        f"- {name}: {value:.3f} (target {op} {target}): {'met' if (value >= target if op == '>=' else value <= target) else 'NOT met'}"
+        for name, value, op, target in checks
+    ]
 
 
 def render_model_card(metrics: dict[str, Any]) -> str:
-    test, corpus, cfg = metrics["test"], metrics["corpus"], metrics["config"]
-    esi, length = test["esi"], test["length"]
-    verdict = (
-        "meets"
-        if esi["under_triage_rate"] <= TARGETS["under_triage_rate"] and esi["macro_recall"] >= TARGETS["macro_recall"]
-        else "does NOT meet"
-    )
+    cfg, corpus, validation = metrics["config"], metrics["corpus"], metrics["validation"]
+    evaluation = metrics["evaluation"]
+    header = ("| set | n | exact | under-triage (ESI 1-2 -> 3-5) | over-triage | ESI-1 recall | recall ESI 1/2/3/4/5 | "
+              "decision point agrees | uncertain | calibration error |")
     lines = [
         f"# Model card: triage predictors `{metrics['version']}`",
         "",
-        f"Config `{cfg['name']}` (seed {cfg['seed']}), encoder `{cfg['encoder']}` (all-MiniLM-L6-v2; per call, mean and max over clause embeddings), "
-        f"heads: for ESI, an MLP on [embedding, vital-sign flags] averaged with a linear head on hashed word 1-2-gram "
-        f"TF-IDF (n-gram weight {metrics['validation'].get('ngram_weight', 0.0)}, chosen on out-of-fold predictions "
-        f"of TRAIN from {', '.join(metrics['validation'].get('ngram_weights_tried', {})) or 'none'}); "
-        "MLP regression on log tokens for length.",
-        f"Corpus `{corpus['path']}` (sha256 {corpus['sha256'][:12]}…): {corpus['train_calls']} train calls "
-        f"({corpus['train_templates']} templates), {corpus['test_calls']} test calls ({corpus['test_templates']} "
-        "held-out templates, none shared with train).",
-        f"Training time: {metrics['timing']['train_s']} s (+ evaluation: {metrics['timing']['total_s']} s in all).",
+        f"Clinical catalogue `{metrics['catalogue']}` (fixtures/clinical/), config `{cfg['name']}` (seed {cfg['seed']}), "
+        f"encoder `{cfg['encoder']}` (all-MiniLM-L6-v2; per call, mean and max over clause embeddings).",
         "",
-        "## ESI on the TEST split",
+        "The level of a call is the ESI algorithm's (decision points A-D over findings from the free text and the "
+        "catalogue) combined with a small MLP on [clause embeddings, the algorithm's features]; where they disagree, "
+        "or the probability mass is split between two levels, the more urgent wins and the call is marked uncertain.",
+        f"ESI training data: `{corpus['written_path']}`, {corpus['written_calls']} calls by {corpus['written_authors']} "
+        f"authors (sha256 {corpus['written_sha256'][:12]}…). Output length: `{corpus['path']}` (template corpus), "
+        f"{corpus['length_train_calls']} calls. Training time {metrics['timing']['train_s']} s "
+        f"({metrics['timing']['total_s']} s with evaluation).",
         "",
-        f"This run {verdict} the targets (under-triage <= {_pct(TARGETS['under_triage_rate'])}, "
-        f"macro recall >= {TARGETS['macro_recall']}).",
+        "## ESI, side by side",
         "",
-        "| decision rule | n | under-triage (ESI 1-2 -> 3-5) | macro recall | over-triage | under-triage (any level) | accuracy |",
-        "|---|---|---|---|---|---|---|",
-        _headline("tuned (shipped)", esi),
-        _headline("argmax (for comparison)", test["esi_argmax"]),
+        "The independent set was written by other authors than the training data, before anything was tuned, and "
+        "is never trained or tuned on (fixtures/evaluation/README.md). The development set was written the same "
+        "way, but its calls were read while building the catalogue: its numbers are optimistic. \"Written corpus, "
+        "out of fold\" is the in-distribution number (each author's calls predicted by a head fitted on the others; "
+        "the catalogue was built reading all of them). The template test split is the old generator's.",
         "",
-        "Decision rule: the most urgent level k with P(ESI <= k) >= t_k; thresholds t = "
+        header,
+        "|---|---|---|---|---|---|---|---|---|---|",
+        *[_row(f"{name} (`{result['path']}`)", result) for name, result in evaluation.items()],
+        _row("written corpus, out of fold", {"esi": validation["tuned"]}),
+        _row("template corpus, test split", metrics["test"]),
+        "",
+    ]
+    if "independent" in evaluation:
+        lines += ["Targets on the independent set:", "", *verdict(evaluation["independent"]["esi"]), ""]
+    lines += [
+        "Decision rule: the most urgent level k with P(ESI <= k) >= t_k, t = "
         + ", ".join(f"{t:.2f}" for t in metrics["thresholds"])
-        + f", tuned on out-of-fold predictions of all {metrics['validation']['n_validation']} TRAIN calls "
-        f"({metrics['validation']['folds']} folds grouped by template, "
-        f"{metrics['validation']['validation_templates']} templates), never on TEST.",
+        + f", tuned on {validation['method']}, judged with the algorithm as served; never on an evaluation set. "
+        f"The algorithm alone names a level for {_pct(validation['algorithm_coverage'])} of the written corpus.",
         "",
-        *_per_level(esi),
+    ]
+    for name, result in evaluation.items():
+        lines += [f"### Confusion, {name} set", "", *_confusion(result["esi"]["confusion_matrix"]), ""]
+    lines += [
+        "## Calibration",
         "",
-        *_confusion(esi["confusion_matrix"]),
+        "`reliability.png`: per bin of the head's top probability, how often that level is right (a point on the "
+        "diagonal is calibrated). Expected calibration error per set is in the table above.",
         "",
-        "## Output length on the TEST split",
+        "## Output length (template corpus test split)",
         "",
-        f"Label source: **{metrics['length_label_source']}**.",
+    ]
+    length = metrics["test"]["length"]
+    lines += [
+        f"Label source: **{metrics['length_label_source']}**. MAE {length['mae_tokens']:.1f} tokens (median "
+        f"{length['median_abs_error_tokens']:.1f}, mean |log error| {length['mean_abs_log_error']:.3f}) on "
+        f"{length['n']} calls; always predicting the train median ({length['baseline_tokens']} tokens) gives MAE "
+        f"{length['baseline_mae_tokens']:.1f}.",
         "",
-        f"MAE {length['mae_tokens']:.1f} tokens (median {length['median_abs_error_tokens']:.1f}, mean |log error| "
-        f"{length['mean_abs_log_error']:.3f}) on {length['n']} calls; always predicting the train median "
-        f"({length['baseline_tokens']} tokens) gives MAE {length['baseline_mae_tokens']:.1f}.",
-        "",
-        "## Out-of-fold predictions of TRAIN (used for tuning)",
-        "",
-        "| decision rule | n | under-triage (ESI 1-2 -> 3-5) | macro recall | over-triage | under-triage (any level) | accuracy |",
-        "|---|---|---|---|---|---|---|",
-        _headline("tuned", metrics["validation"]["tuned"]),
-        _headline("argmax", metrics["validation"]["argmax"]),
-        *([_headline("argmax, embedding head alone", metrics["validation"]["embedding_only_argmax"])]
-          if "embedding_only_argmax" in metrics["validation"] else []),
-        "",
-        "Limits: the corpus is synthetic (templates + slot fillers written by the team); real calls are messier. "
-        "Test templates (the core sentence of a call) are never seen in training, but slot fillers are shared "
-        "across splits: caller/tone/rambling phrases and, in about 85% of calls, one severity descriptor of the "
-        "call's level (the answer to a key dispatch question, e.g. 'he won't wake up', 'it's sore but "
-        "manageable'). The numbers measure generalisation to new phrasings of known scenarios, not to new "
-        "scenarios; the n-gram head reads those shared phrases literally, so it gains most from them. "
-        "Danger-zone vitals (decision point D) are a rule on top of the head: such a call is at "
-        "least ESI 2.",
+        "Limits: every labelled call here was written, not transcribed from a real line, and labelled by its "
+        "author by docs/esi-labelling-guide.md; a second reader would disagree on some borderline calls, as triage "
+        "nurses do. The catalogue recognises the phrasings it lists; the head covers the rest and says so in the "
+        "reasons.",
         "",
     ]
     return "\n".join(lines)
+
+
+def render_reliability(metrics: dict[str, Any], path: Path) -> None:
+    """Reliability diagram of every evaluation set (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(4.5, 4.5), dpi=100)
+    axis.plot([0, 1], [0, 1], color="#999999", linestyle="--", linewidth=1, label="calibrated")
+    sets = {**metrics["evaluation"], "template test split": metrics["test"]}
+    for name, result in sets.items():
+        bins = [b for b in result["calibration"]["bins"] if b["n"]]
+        axis.plot([b["confidence"] for b in bins], [b["accuracy"] for b in bins], marker="o",
+                  label=f"{name} (ECE {result['calibration']['ece']:.3f})")
+    axis.set_xlabel("top probability of the ESI head")
+    axis.set_ylabel("share of calls where that level is right")
+    axis.set_xlim(0, 1)
+    axis.set_ylim(0, 1)
+    axis.legend(fontsize=7, loc="upper left")
+    axis.set_title("ESI head reliability", fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)

@@ -1,54 +1,59 @@
-"""A microsecond pre-screen that orders the triage backlog: which waiting calls the classifier sees first.
+"""A pre-screen of a few milliseconds that orders the triage backlog: which waiting calls the classifier sees first.
 
-It never assigns a level (the trained classifier does); it only decides, when a burst leaves more calls
-waiting than one micro-batch takes, which are classified first, so a likely life-threatening call is not
-stuck behind a hundred sprained ankles in the triage queue. The cues are ESI decision point A (needs a
-life-saving intervention now: not breathing, no pulse, unresponsive, choking, seizing, massive bleeding)
-weighted 2, decision point B (high risk: chest pain, stroke signs, overdose, anaphylaxis, confusion,
-severe pain or distress) weighted 1, and the danger-zone vitals of decision point D (lexical.py) weighted 1.
-Spelling is matched loosely ("breath", "cant", "unconsious") because callers type the way they talk.
+It never assigns a level (the algorithm and the trained head do); it only decides, when a burst leaves more
+calls waiting than one micro-batch takes, which are classified first, so a likely life-threatening call is
+not stuck behind a hundred sprained ankles in the triage queue. Its knowledge is the clinical catalogue's: a
+phrase of a concept that alone fires a decision-point-A rule scores 2, one that alone fires a B rule scores 1,
+plus 1 per alarming vital sign (``inference.clinical.vitals``). Negation is not read here (a screen may put a denied
+finding early; the classifier then decides). Spelling is matched as the catalogue matches it.
 """
 
 from __future__ import annotations
 
 import re
 
-from .lexical import DANGER_ZONE, vital_flags
+from inference.clinical import Catalogue, load_catalogue
+from inference.clinical.lexicon import compile_phrase
+from inference.clinical.text import tokenize
+from inference.clinical.vitals import read_vitals
 
-_A = [
-    r"(?:not|n'?t|nae|aint|stopped|no|barely|hardly)\s+(?:\w+\s+)?brea",
-    r"can'?n?o?t\s+(?:\w+\s+)?brea|cannae\s+brea|struggling\s+(?:to|for)\s+brea|gasp|breathing\s+(?:is\s+)?(?:\w+\s+)?shallow",
-    r"no\s+pulse|(?:can'?t|cannot|cannae)\s+(?:feel|find)\s+(?:a\s+|his\s+|her\s+)?(?:pulse|heartbeat)",
-    r"unresponsive|uncon\w*ous|knocked\s+out|(?:not|stopped)\s+respond|(?:won'?t|willnae|not|can'?t|cannot|cannae)\s+(?:\w+\s+)?wake",
-    r"collaps|slumped|floppy|lips\s+(?:(?:are|is|gone|going|turning)\s+)*blue|(?:turning|going)\s+blue|grey|funny\s+colou?r",
-    r"chest\s+(?:is\s+)?(?:not|isn'?t|isnae)\s+moving|(?:doesn'?t|disnae|not|won'?t)\s+open\s+(?:his|her|their)\s+eyes",
-    r"chok|stuck\s+in\s+(?:his|her|their|my)\s+throat|throat\s+(?:is\s+)?closing|back\s+blows",
-    r"seiz|fitting|convuls|jerking|shaking\s+all\s+over",
-    r"asthma|(?:can'?t|cannot|cannae)\s+(?:talk|speak)",
-    r"bleeding\s+(?:heavily|badly|massively|everywhere|a\s+lot|loads)|blood\s+(?:is\s+)?(?:pumping|everywhere)|spurting|squirting"
-    r"|pouring\s+out|soaked|won'?t\s+stop\s+bleeding",
-    r"hang(?:ing|ed)\b|drown|electrocut|stabbed|shot\b|gunshot",
-]
-_B = [
-    r"chest\s+pain|pain\s+in\s+(?:his|her|my)\s+chest|crushing|tight(?:ness)?\s+(?:in\s+)?(?:the\s+|my\s+)?chest",
-    r"stroke|droop|slurr|can'?t\s+(?:lift|move)\s+(?:his|her|my)\s+arm|face\s+(?:has\s+)?(?:gone|dropped)",
-    r"overdos|took\s+(?:a\s+lot\s+of|all\s+(?:his|her|my))\s+(?:pills|tablets)|swallowed\s+.*(?:pills|tablets)",
-    r"anaphyla|swell\w*\s+(?:up\s+)?.*(?:throat|tongue|lips|face)|allergic|epipen|epi-pen",
-    r"confus|not\s+making\s+sense|drowsy|very\s+sleepy|suicid|kill\s+(?:him|her|my)self",
-    r"severe|agony|worst\s+(?:pain|headache)|screaming\s+in\s+pain",
-    r"pregnan\w*.*bleed|waters?\s+(?:have\s+)?broke|baby\s+(?:is\s+)?coming|contractions",
-    r"burn\w*.*(?:face|chest|whole|badly)|fell\s+from|hit\s+by\s+a|car\s+crash|head\s+injur",
-]
-_A_RE = [re.compile(p, re.IGNORECASE) for p in _A]
-_B_RE = [re.compile(p, re.IGNORECASE) for p in _B]
+SCREEN_CHARS = 4000
 
 
-def screen_score(transcript: str) -> int:
-    """Higher is more likely ESI 1-2: 2 per decision-point-A cue, 1 per B cue, 1 per danger-zone vital. O(len)."""
-    text = transcript[:4000]
-    flags = vital_flags(text)
-    return (
-        2 * sum(1 for p in _A_RE if p.search(text))
-        + sum(1 for p in _B_RE if p.search(text))
-        + sum(int(flags[i]) for i in DANGER_ZONE)
-    )
+_PATTERNS: dict[str, tuple[re.Pattern[str], re.Pattern[str]]] = {}  # by catalogue digest
+
+
+def _patterns(catalogue: Catalogue) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    if catalogue.digest not in _PATTERNS:
+        _PATTERNS[catalogue.digest] = _compile(catalogue)
+    return _PATTERNS[catalogue.digest]
+
+
+def _compile(catalogue: Catalogue) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """One alternation of every phrase of the concepts that alone fire an A rule, and one of those that alone
+    fire a B rule (a rule whose only condition is "any of" these concepts)."""
+    def concepts(point: str) -> set[str]:
+        out = set()
+        for rule in catalogue.rules:
+            when = rule.when
+            if rule.point == point and not (when.all or when.age or when.sex or when.vitals):
+                out |= {ref.concept for ref in when.any}
+        return out
+
+    a = concepts("A")
+    b = concepts("B") - a
+    def alternation(ids: set[str]) -> re.Pattern[str]:
+        return re.compile("|".join(compile_phrase(p) for cid in sorted(ids) for p in catalogue.concepts[cid].phrases))
+    return alternation(a), alternation(b)
+
+
+def screen_score(transcript: str, catalogue: Catalogue | None = None) -> int:
+    """Higher is more likely ESI 1-2. O(length)."""
+    catalogue = catalogue or load_catalogue()
+    a, b = _patterns(catalogue)
+    text = tokenize(transcript[:SCREEN_CHARS]).text
+    vitals = read_vitals(text)
+    spo2, heart, resp = vitals.worst("spo2"), vitals.worst("heart_rate"), vitals.worst("resp_rate")
+    danger = (spo2 is not None and spo2 < catalogue.spo2_below) + (heart is not None and (heart >= 130 or heart <= 40))
+    danger += resp is not None and (resp >= 30 or resp <= 8)
+    return 2 * len(a.findall(text)) + len(b.findall(text)) + int(danger)

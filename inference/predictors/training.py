@@ -1,5 +1,14 @@
-"""Training of the triage predictors: load the corpus, embed, fit both heads (seeded), tune the decision
-rule on out-of-fold predictions of TRAIN (folds grouped by template), evaluate on TEST through the saved bundle, write the model card.
+"""Training of the triage predictors, and their evaluation on data written independently of the training data.
+
+- ESI: the explicit algorithm's features (``clinical_features``) and the clause embeddings of each call of the
+  written corpus (``fixtures/calls/written/``, six authors), a small MLP on both; its decision thresholds are
+  tuned on out-of-fold predictions (one fold per author, judged with the algorithm as served), then the head is
+  fitted on all of it.
+- Output length: regression on the embeddings of the template corpus (``fixtures/calls/calls.jsonl``), whose
+  calls carry the guidance LLM's measured output lengths.
+- Evaluation through the saved bundle, side by side: the independent evaluation set
+  (``fixtures/evaluation/independent/``, never trained or tuned on), the development set, the written corpus
+  out of fold (the in-distribution number), and the template corpus' test split.
 
     from inference.predictors.training import FULL, train
     metrics = train(FULL, out_dir=Path("models/predictors"))
@@ -21,21 +30,25 @@ from typing import Any
 
 import torch
 
+from inference.clinical import load_catalogue
+
 from . import REPO_ROOT, TriagePrediction, TriagePredictor
 from .bundle import read_bundle, write_bundle
+from .clinical_features import assess_calls, feature_names, vectorise
 from .embedding import BUNDLED_MINILM, SentenceEncoder
-from .esi import EsiClassifier, cap_danger_zone, decide_levels, esi_inputs, mix
-from .evaluation import esi_metrics, length_metrics, objective
-from .fitting import HeadConfig, fit_esi_head, fit_length_head, fit_ngram_head, tune_thresholds
+from .esi import EsiClassifier, decide_levels, esi_inputs
+from .evaluation import calibration, decision_point_agreement, esi_metrics, length_metrics
+from .fitting import HeadConfig, fit_esi_head, fit_length_head, tune_thresholds
+from .judgement import judge
 from .length import LengthPredictor
 from .length_labels import length_labels
-from .lexical import danger_zone_vitals
-from .model_card import render_model_card
-from .ngrams import DEFAULT_BUCKETS
+from .model_card import render_model_card, render_reliability
 
-DEFAULT_CORPUS = REPO_ROOT / "fixtures" / "calls" / "calls.jsonl"
+DEFAULT_CORPUS = REPO_ROOT / "fixtures" / "calls" / "calls.jsonl"  # the template corpus: output lengths
+WRITTEN_CORPUS = REPO_ROOT / "fixtures" / "calls" / "written"  # the ESI training corpus
+EVALUATION_DIR = REPO_ROOT / "fixtures" / "evaluation"
+EVALUATION_SETS = ("independent", "development")
 Record = dict[str, Any]
-NGRAM_WEIGHT_GRID = (0.0, 0.25, 0.5, 0.75, 1.0)
 
 
 @dataclass(frozen=True)
@@ -43,13 +56,11 @@ class TrainingConfig:
     name: str
     esi: HeadConfig
     length: HeadConfig
-    ngram_c: float | None = None  # inverse L2 strength of the linear n-gram head; None: the embedding head alone
-    ngram_buckets: int = DEFAULT_BUCKETS
-    ngram_weights: tuple[float, ...] = NGRAM_WEIGHT_GRID  # mixing weights tried on out-of-fold predictions
     seed: int = 20261122
-    folds: int = 5  # template-grouped folds of TRAIN whose out-of-fold predictions tune the thresholds
-    train_limit: int | None = None  # a stratified subset, for the tiny config
-    test_limit: int | None = None
+    train_limit: int | None = None  # a stratified subset of the written corpus, for the tiny config
+    length_train_limit: int | None = None  # of the template corpus' train split
+    test_limit: int | None = None  # of the template corpus' test split
+    eval_limit: int | None = None  # of each evaluation set
     encoder: str = BUNDLED_MINILM
     max_length: int = 256
     threads: int = 2
@@ -58,26 +69,30 @@ class TrainingConfig:
 
 FULL = TrainingConfig(
     name="full",
-    esi=HeadConfig(hidden=256, dropout=0.2, epochs=40, lr=3e-3, weight_decay=1e-2, batch_size=128),
+    esi=HeadConfig(hidden=256, dropout=0.3, epochs=60, lr=2e-3, weight_decay=5e-2, batch_size=64),
     length=HeadConfig(hidden=128, dropout=0.1, epochs=40, lr=3e-3, weight_decay=1e-2, batch_size=128),
-    ngram_c=10.0,
 )
 TINY = TrainingConfig(
     name="tiny",
-    esi=HeadConfig(hidden=128, dropout=0.1, epochs=20, lr=3e-3, weight_decay=1e-2, batch_size=64),
+    esi=HeadConfig(hidden=128, dropout=0.3, epochs=30, lr=3e-3, weight_decay=5e-2, batch_size=64),
     length=HeadConfig(hidden=64, dropout=0.1, epochs=20, lr=3e-3, weight_decay=1e-2, batch_size=64),
-    ngram_c=10.0,
-    ngram_buckets=1 << 13,
     train_limit=300,
+    length_train_limit=300,
     test_limit=120,
+    eval_limit=80,
 )
 CONFIGS = {"full": FULL, "tiny": TINY}
 
 
 # ----------------------------------------------------------------------------- corpus
 def load_corpus(path: Path = DEFAULT_CORPUS) -> list[Record]:
-    with path.open(encoding="utf-8") as lines:
-        return [json.loads(line) for line in lines if line.strip()]
+    """JSONL records from a file, or from every ``*.jsonl`` file of a directory in name order."""
+    files = sorted(path.glob("*.jsonl")) if path.is_dir() else [path]
+    records = []
+    for file in files:
+        with file.open(encoding="utf-8") as lines:
+            records += [json.loads(line) for line in lines if line.strip()]
+    return records
 
 
 def stratified_subset(records: Sequence[Record], limit: int | None, seed: int) -> list[Record]:
@@ -93,30 +108,30 @@ def stratified_subset(records: Sequence[Record], limit: int | None, seed: int) -
     return [r for r in records if r["id"] in keep]
 
 
+def esi_training_records(config: TrainingConfig, path: Path = WRITTEN_CORPUS) -> list[Record]:
+    return stratified_subset(load_corpus(path), config.train_limit, config.seed)
+
+
 def training_records(corpus: Sequence[Record], config: TrainingConfig) -> list[Record]:
-    return stratified_subset([r for r in corpus if r["split"] == "train"], config.train_limit, config.seed)
+    """The template corpus' train split: the output-length head's training data."""
+    return stratified_subset([r for r in corpus if r["split"] == "train"], config.length_train_limit, config.seed)
 
 
 def evaluation_records(corpus: Sequence[Record], config: TrainingConfig) -> list[Record]:
-    """The TEST records a config is evaluated on (the whole test split for the full config)."""
+    """The template corpus' test split (whole for the full config)."""
     return stratified_subset([r for r in corpus if r["split"] == "test"], config.test_limit, config.seed + 1)
 
 
-def template_folds(train: Sequence[Record], k: int, seed: int) -> list[int]:
-    """A fold (0..k-1) per record, grouped by template: each scenario-severity variant's templates are dealt
-    round-robin over the folds (seeded shuffle and offset), so every fold holds out whole templates of (nearly)
-    every variant and no template is split between folds."""
-    by_variant: dict[str, set[str]] = {}
-    for r in train:
-        by_variant.setdefault(r["template_id"].rsplit(".", 1)[0], set()).add(r["template_id"])
-    fold_of: dict[str, int] = {}
-    for variant, templates in sorted(by_variant.items()):
-        order = sorted(templates)
-        rng = random.Random(f"{seed}:folds:{variant}")
-        rng.shuffle(order)
-        offset = rng.randrange(k)
-        fold_of.update({t: (i + offset) % k for i, t in enumerate(order)})
-    return [fold_of[r["template_id"]] for r in train]
+def evaluation_set(name: str, config: TrainingConfig, root: Path = EVALUATION_DIR) -> list[Record]:
+    """An independently written evaluation set (``independent`` or ``development``), whole for the full config."""
+    return stratified_subset(load_corpus(root / name), config.eval_limit, config.seed + 2)
+
+
+def author_folds(records: Sequence[Record]) -> list[int]:
+    """A fold per author: the written corpus' ids start with the author ("w3-017"), so every fold holds out
+    calls written by someone the fitted head never read."""
+    authors = sorted({r["id"].split("-")[0] for r in records})
+    return [authors.index(r["id"].split("-")[0]) for r in records]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -150,57 +165,50 @@ def _esi_tensor(records: Sequence[Record]) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- the heads
+def esi_features(
+    encoder: SentenceEncoder, catalogue: Any, texts: Sequence[str], names: Sequence[str]
+) -> tuple[torch.Tensor, list[Any]]:
+    """The ESI head's inputs for ``texts`` and the algorithm's result per call."""
+    _, results, active = assess_calls(texts, catalogue)
+    return esi_inputs(encoder.encode_calls(texts), vectorise(active, names)), results
+
+
+def judged_levels(probabilities: torch.Tensor, thresholds: Sequence[float], results: Sequence[Any]) -> list[int]:
+    levels = decide_levels(probabilities, thresholds).tolist()
+    return [judge(row, level, result).esi for row, level, result in zip(probabilities.tolist(), levels, results, strict=True)]
+
+
 def train_esi(
-    encoder: SentenceEncoder, train: Sequence[Record], config: TrainingConfig
+    encoder: SentenceEncoder, catalogue: Any, train: Sequence[Record], config: TrainingConfig
 ) -> tuple[EsiClassifier, dict[str, Any]]:
-    """Out-of-fold predictions of TRAIN (K folds grouped by template; each fold's heads, idf included, fitted
-    exactly like the shipped ones on the other folds) choose the n-gram mixing weight and tune the thresholds;
-    then the shipped heads are fitted on all of TRAIN."""
-    texts = [r["transcript"] for r in train]
-    x, y = esi_inputs(encoder.encode_calls(texts), texts), _esi_tensor(train)
-    folds = template_folds(train, config.folds, config.seed)
+    """Out-of-fold predictions (a fold per author; each fold's head fitted exactly like the shipped one on the
+    other authors) tune the thresholds of the whole judgement; then the shipped head is fitted on all of it."""
+    names = feature_names(catalogue)
+    x, results = esi_features(encoder, catalogue, [r["transcript"] for r in train], names)
+    y = _esi_tensor(train)
+    folds = author_folds(train)
     oof = torch.zeros((len(train), 5), dtype=torch.float64)
-    oof_ngrams = torch.zeros((len(train), 5), dtype=torch.float64) if config.ngram_c is not None else None
-    for k in range(config.folds):
+    for k in sorted(set(folds)):
         fit = [i for i, f in enumerate(folds) if f != k]
         held = [i for i, f in enumerate(folds) if f == k]
-        if not held or not fit:
-            continue
         fold_head = fit_esi_head(x[fit], y[fit], config.esi, config.seed)
         with torch.inference_mode():
             oof[held] = torch.softmax(fold_head(x[held]), dim=1).double()
-        if config.ngram_c is not None and oof_ngrams is not None:
-            fold_ngrams = fit_ngram_head([texts[i] for i in fit], y[fit], config.ngram_c, config.seed, config.ngram_buckets)
-            with torch.inference_mode():
-                oof_ngrams[held] = torch.softmax(fold_ngrams.logits([texts[i] for i in held]), dim=1).double()
     true = y.tolist()
-    danger = danger_zone_vitals(texts)
-    weights = config.ngram_weights if oof_ngrams is not None else (0.0,)
-    candidates = []  # (objective, -weight, weight, thresholds): ties keep the smaller n-gram weight
-    for weight in weights:
-        mixed = mix(oof, oof_ngrams, weight)
-        thresholds = tune_thresholds(mixed, true, danger)
-        levels = cap_danger_zone(decide_levels(mixed, thresholds).tolist(), danger)
-        candidates.append((objective(esi_metrics(true, levels)), -weight, weight, thresholds))
-    _, _, weight, thresholds = max(candidates)
-    mixed = mix(oof, oof_ngrams, weight)
+    thresholds = tune_thresholds(oof, true, decide=lambda t: judged_levels(oof, t, results))
+    algorithm = [r.level for r in results]
     validation = {
-        "method": f"{config.folds}-fold out-of-fold predictions of TRAIN, folds grouped by template",
-        "folds": config.folds,
+        "method": f"{len(set(folds))}-fold out-of-fold predictions of the written corpus, a fold per author",
+        "folds": len(set(folds)),
         "n_validation": len(train),
-        "validation_templates": len({r["template_id"] for r in train}),
-        "ngram_weight": weight,
-        "ngram_weights_tried": {str(w): round(score, 6) for score, _, w, _ in candidates},
-        "tuned": esi_metrics(true, cap_danger_zone(decide_levels(mixed, thresholds).tolist(), danger)),
-        "argmax": esi_metrics(true, (mixed.argmax(dim=1) + 1).tolist()),
-        "embedding_only_argmax": esi_metrics(true, (oof.argmax(dim=1) + 1).tolist()),
+        "tuned": esi_metrics(true, judged_levels(oof, thresholds, results)),
+        "argmax": esi_metrics(true, (oof.argmax(dim=1) + 1).tolist()),
+        "algorithm_coverage": sum(a is not None for a in algorithm) / len(algorithm),
+        "algorithm_alone": esi_metrics(*zip(*[(t, a) for t, a in zip(true, algorithm, strict=True) if a is not None],
+                                            strict=True)) if any(a is not None for a in algorithm) else None,
     }
     head = fit_esi_head(x, y, config.esi, config.seed)
-    ngram_head = None
-    if config.ngram_c is not None and weight > 0:
-        ngram_head = fit_ngram_head(texts, y, config.ngram_c, config.seed, config.ngram_buckets)
-    classifier = EsiClassifier(head, thresholds, ngram_head=ngram_head, ngram_weight=weight)  # type: ignore[arg-type]
-    return classifier, validation
+    return EsiClassifier(head, thresholds, tuple(names)), validation  # type: ignore[arg-type]
 
 
 def train_length(
@@ -217,19 +225,40 @@ def train_length(
 
 
 # ----------------------------------------------------------------------------- evaluation
-def evaluate(
-    predictions: Sequence[TriagePrediction], records: Sequence[Record], labels: dict[str, int], baseline_tokens: int
-) -> dict[str, Any]:
-    """The TEST numbers of the model card, from serving-path predictions."""
+def evaluate(predictions: Sequence[TriagePrediction], records: Sequence[Record]) -> dict[str, Any]:
+    """The ESI numbers of one labelled set, from serving-path predictions."""
     true = [int(r["esi"]) for r in records]
     argmax = [max(range(5), key=lambda k, p=p: p.probabilities[k]) + 1 for p in predictions]
-    labelled = [(labels[r["id"]], p.predicted_output_tokens) for r, p in zip(records, predictions, strict=True)
-                if r["id"] in labels]
-    return {
+    out = {
         "esi": esi_metrics(true, [p.esi for p in predictions]),
         "esi_argmax": esi_metrics(true, argmax),
-        "length": length_metrics([t for t, _ in labelled], [p for _, p in labelled], baseline_tokens),
+        "calibration": calibration(true, [p.probabilities for p in predictions]),
+        "uncertain_rate": sum(p.uncertain for p in predictions) / max(1, len(predictions)),
     }
+    if all("decision_point" in r for r in records):
+        out["decision_point"] = decision_point_agreement(
+            [r["decision_point"] for r in records], [p.decision_point for p in predictions]
+        )
+    return out
+
+
+def evaluate_lengths(
+    predictions: Sequence[TriagePrediction], records: Sequence[Record], labels: dict[str, int], baseline_tokens: int
+) -> dict[str, Any]:
+    labelled = [(labels[r["id"]], p.predicted_output_tokens) for r, p in zip(records, predictions, strict=True)
+                if r["id"] in labels]
+    return length_metrics([t for t, _ in labelled], [p for _, p in labelled], baseline_tokens)
+
+
+def evaluate_sets(predictor: TriagePredictor, config: TrainingConfig) -> dict[str, Any]:
+    """Every independently written evaluation set, through the serving path."""
+    out = {}
+    for name in EVALUATION_SETS:
+        records = evaluation_set(name, config)
+        if records:
+            out[name] = {"path": str((EVALUATION_DIR / name).relative_to(REPO_ROOT)),
+                         **evaluate(predict_records(predictor, records), records)}
+    return out
 
 
 def train(
@@ -237,40 +266,50 @@ def train(
     *,
     out_dir: Path,
     corpus_path: Path = DEFAULT_CORPUS,
+    written_path: Path = WRITTEN_CORPUS,
     lengths_path: Path | None = None,
     log: Callable[[str], None] = lambda _: None,
 ) -> dict[str, Any]:
-    """Train, save the bundle in ``out_dir``, evaluate on TEST, write metrics.json and MODEL_CARD.md."""
+    """Train, save the bundle in ``out_dir``, evaluate, write metrics.json, MODEL_CARD.md and reliability.png."""
     started = time.perf_counter()
     with deterministic(config.seed, config.threads):
+        catalogue = load_catalogue()
+        written = esi_training_records(config, written_path)
         corpus = load_corpus(corpus_path)
-        train_set, test_set = training_records(corpus, config), evaluation_records(corpus, config)
-        log(f"{config.name}: {len(train_set)} train / {len(test_set)} test calls; embedding…")
+        length_train, template_test = training_records(corpus, config), evaluation_records(corpus, config)
+        log(f"{config.name}: {len(written)} written calls for ESI, {len(length_train)} template calls for length; "
+            "embedding…")
         encoder = SentenceEncoder(config.encoder, max_length=config.max_length, memoise=True)
-        esi, validation = train_esi(encoder, train_set, config)
-        labels, label_source = length_labels([*train_set, *test_set], lengths_path, encoder.count_tokens)
-        length = train_length(encoder, train_set, labels, config)
-        version = write_bundle(out_dir, esi=esi, length=length, manifest=_manifest(config, label_source, encoder.dim))
+        esi, validation = train_esi(encoder, catalogue, written, config)
+        labels, label_source = length_labels([*length_train, *template_test], lengths_path, encoder.count_tokens)
+        length = train_length(encoder, length_train, labels, config)
+        manifest = _manifest(config, label_source, encoder.dim, catalogue.label)
+        version = write_bundle(out_dir, esi=esi, length=length, manifest=manifest)
         trained_s = time.perf_counter() - started
-        log(f"trained {version} in {trained_s:.1f} s; evaluating on TEST through the saved bundle…")
-        predictions = predict_records(read_bundle(out_dir), test_set)
-        baseline = round(statistics.median(labels[r["id"]] for r in train_set if r["id"] in labels))
+        log(f"trained {version} in {trained_s:.1f} s; evaluating through the saved bundle…")
+        predictor = read_bundle(out_dir)
+        template_predictions = predict_records(predictor, template_test)
+        baseline = round(statistics.median(labels[r["id"]] for r in length_train if r["id"] in labels))
         metrics = {
             "version": version,
+            "catalogue": catalogue.label,
             "config": asdict(config),
-            "corpus": _corpus_facts(corpus_path, corpus, train_set, test_set),
+            "corpus": _corpus_facts(written_path, written, corpus_path, length_train, template_test),
             "length_label_source": label_source,
             "thresholds": list(esi.thresholds),
             "validation": validation,
-            "test": evaluate(predictions, test_set, labels, baseline),
+            "evaluation": evaluate_sets(predictor, config),
+            "test": {**evaluate(template_predictions, template_test),
+                     "length": evaluate_lengths(template_predictions, template_test, labels, baseline)},
             "timing": {"train_s": round(trained_s, 1), "total_s": round(time.perf_counter() - started, 1)},
         }
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     (out_dir / "MODEL_CARD.md").write_text(render_model_card(metrics))
+    render_reliability(metrics, out_dir / "reliability.png")
     return metrics
 
 
-def _manifest(config: TrainingConfig, label_source: str, embedding_dim: int) -> dict[str, Any]:
+def _manifest(config: TrainingConfig, label_source: str, embedding_dim: int, catalogue: str) -> dict[str, Any]:
     return {
         "encoder": config.encoder,
         "embedding_dim": embedding_dim,
@@ -278,18 +317,29 @@ def _manifest(config: TrainingConfig, label_source: str, embedding_dim: int) -> 
         "call_feature_dim": 2 * embedding_dim,
         "max_length": config.max_length,
         "config": config.name,
+        "catalogue": catalogue,
         "esi": {"hidden": config.esi.hidden, "dropout": config.esi.dropout},
         "length": {"hidden": config.length.hidden, "dropout": config.length.dropout, "label_source": label_source},
     }
 
 
-def _corpus_facts(path: Path, corpus: list[Record], train_set: list[Record], test_set: list[Record]) -> dict[str, Any]:
+def _relative(path: Path) -> str:
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
+def _corpus_facts(
+    written_path: Path, written: list[Record], corpus_path: Path, length_train: list[Record], template_test: list[Record]
+) -> dict[str, Any]:
+    files = sorted(written_path.glob("*.jsonl")) if written_path.is_dir() else [written_path]
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
     return {
-        "path": str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path),
-        "sha256": file_sha256(path),
-        "calls": len(corpus),
-        "train_calls": len(train_set),
-        "test_calls": len(test_set),
-        "train_templates": len({r["template_id"] for r in train_set}),
-        "test_templates": len({r["template_id"] for r in test_set}),
+        "written_path": _relative(written_path),
+        "written_sha256": digest,
+        "written_calls": len(written),
+        "written_authors": len({r["id"].split("-")[0] for r in written}),
+        "path": _relative(corpus_path),
+        "sha256": file_sha256(corpus_path),
+        "length_train_calls": len(length_train),
+        "test_calls": len(template_test),
+        "test_templates": len({r["template_id"] for r in template_test}),
     }

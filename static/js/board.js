@@ -191,7 +191,14 @@ function scheduleRender() {
 function esiBadge(call) {
   if (call.level === null) return "<span class=\"esi esi-none\">ESI –</span>";
   const note = call.overridden ? ` <span class="override-mark" title="Overridden by a dispatcher (classifier said ESI ${esc(call.predicted_esi)})">overridden</span>` : "";
-  return `<span class="esi esi-${call.level}">ESI ${call.level}</span>${note}`;
+  const point = call.decision_point ? ` <span class="decision-point" title="ESI decision point">${esc(call.decision_point)}</span>` : "";
+  const unsure = call.uncertain ? " <span class=\"uncertain\" title=\"The algorithm and the model disagree, or the probability is split: check the call\">uncertain</span>" : "";
+  return `<span class="esi esi-${call.level}">ESI ${call.level}</span>${point}${unsure}${note}`;
+}
+
+function reasonsHtml(call) {
+  if (!call.reasons || !call.reasons.length) return "";
+  return `<br><small class="reasons">${call.reasons.map(esc).join(" · ")}</small>`;
 }
 
 function rowHtml(call, now) {
@@ -202,7 +209,7 @@ function rowHtml(call, now) {
   return `<tr data-id="${call.id}" class="call-row esi-row-${call.level ?? "none"}${selected ? " selected" : ""}"${selected ? " aria-current=\"true\"" : ""}>
     <td>${esiBadge(call)}</td>
     <td><a href="/calls/${call.id}/" data-select="${call.id}">#${call.id}</a><br><small class="muted">${esc(call.external_id)}</small></td>
-    <td class="summary">${esc(call.summary)}${call.location ? `<br><small class="muted">${esc(call.location)}</small>` : ""}</td>
+    <td class="summary">${esc(call.summary)}${reasonsHtml(call)}${call.location ? `<br><small class="muted">${esc(call.location)}</small>` : ""}</td>
     <td><span class="status status-${call.status}">${STATUS_LABEL[call.status] || esc(call.status)}</span>${preempt}${ack}</td>
     <td data-timer="${call.id}">${timerHtml(call, now)}</td>
     <td>${tier ? `<span class="swatch" style="background:${esc(tier.colour)}" aria-hidden="true"></span> ${esc(tier.name)}` : "–"}</td>
@@ -311,7 +318,7 @@ function refreshPanelSoon() {
 }
 
 function panelFieldsChanged(a, b) {
-  return a.status !== b.status || a.level !== b.level || a.acknowledged !== b.acknowledged || a.live !== b.live;
+  return a.status !== b.status || a.level !== b.level || a.uncertain !== b.uncertain || a.acknowledged !== b.acknowledged || a.live !== b.live;
 }
 
 let guidance = null;

@@ -196,3 +196,20 @@ def test_seed_demo_users_creates_one_user_per_role():
     assert is_supervisor(User.objects.get(username="supervisor"))
     assert is_admin(User.objects.get(username="admin"))
     assert Client().login(username="dispatcher", password="pw-demo-123")
+
+
+def test_the_panel_shows_the_decision_point_and_reasons_and_offers_them_to_dispute(make_call, dispatcher):
+    call = make_call(1, text="My husband has collapsed, he's not breathing and I can't feel a pulse")
+    client = Client()
+    client.force_login(dispatcher)
+    html = client.get(f"/calls/{call.pk}/panel/").content.decode()
+    assert "decision point A" in html and "<li>A: not breathing or no pulse</li>" in html
+    assert '<option value="A: not breathing or no pulse">' in html  # the override dialog's disputed reason
+
+
+def test_the_board_state_carries_the_decision_point_reasons_and_uncertainty(make_call):
+    from triage.selectors.queue import call_state
+
+    state = call_state(make_call(1, text="My husband has collapsed, he's not breathing and I can't feel a pulse"))
+    assert state["decision_point"] == "A" and "A: not breathing or no pulse" in state["reasons"]
+    assert state["uncertain"] in (True, False)

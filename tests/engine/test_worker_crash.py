@@ -51,6 +51,10 @@ class FixedPrediction:
     esi: int
     probabilities: tuple[float, ...]
     predicted_output_tokens: int
+    decision_point: str = "C"
+    reasons: tuple[str, ...] = ("C: fixed for the test",)
+    uncertain: bool = False
+    findings: tuple[str, ...] = ()
 
 
 @pytest.fixture

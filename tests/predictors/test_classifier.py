@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from inference.predictors import REPO_ROOT, PredictorsNotBuilt, load_triage_predictor, training
-from inference.predictors.length_labels import length_labels
 
 ARREST = "My husband has just collapsed in the kitchen, he's not breathing and I can't feel a pulse, his lips are blue"
 
@@ -21,34 +20,33 @@ def _metrics(directory: Path) -> dict:
 def test_model_card_numbers_equal_what_evaluation_recomputes_from_predictions(trained_predictors_dir):
     metrics = _metrics(trained_predictors_dir)
     config = training.CONFIGS[metrics["config"]["name"]]
-    records = training.evaluation_records(training.load_corpus(), config)
     predictor = load_triage_predictor(trained_predictors_dir)
+    records = training.evaluation_set("independent", config)
     with training.deterministic(config.seed, config.threads):
         predictions = training.predict_records(predictor, records)
-    labels, source = length_labels(records, None, predictor.encoder.count_tokens)
-    recomputed = training.evaluate(predictions, records, labels, metrics["test"]["length"]["baseline_tokens"])
+    recomputed = training.evaluate(predictions, records)
 
-    assert recomputed == metrics["test"]
-    assert source == metrics["length_label_source"]
+    assert recomputed == {k: v for k, v in metrics["evaluation"]["independent"].items() if k != "path"}
     card = (trained_predictors_dir / "MODEL_CARD.md").read_text()
     esi = recomputed["esi"]
-    assert f"| tuned (shipped) | {esi['n']} | {100 * esi['under_triage_rate']:.1f}% | {esi['macro_recall']:.3f} |" in card
-    assert metrics["length_label_source"] in card
+    assert f"| {esi['n']} | {esi['accuracy']:.3f} | {100 * esi['under_triage_rate']:.1f}% |" in card
+    assert (trained_predictors_dir / "reliability.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_evaluation_uses_only_test_split_templates(trained_predictors_dir):
+def test_evaluation_sets_are_written_apart_from_the_training_corpus(trained_predictors_dir):
     config = training.CONFIGS[_metrics(trained_predictors_dir)["config"]["name"]]
-    corpus = training.load_corpus()
-    test_templates = {r["template_id"] for r in training.evaluation_records(corpus, config)}
-    train_templates = {r["template_id"] for r in training.training_records(corpus, config)}
-    assert test_templates and not test_templates & train_templates
+    trained_on = {r["transcript"] for r in training.esi_training_records(config)}
+    for name in training.EVALUATION_SETS:
+        assert not trained_on & {r["transcript"] for r in training.evaluation_set(name, config)}
+    assert not training.EVALUATION_DIR.is_relative_to(training.WRITTEN_CORPUS)
 
 
 _MICRO_TRAINING = """
 import dataclasses, json, sys
 from pathlib import Path
 from inference.predictors import training
-micro = dataclasses.replace(training.TINY, name="micro", train_limit=120, test_limit=40)
+micro = dataclasses.replace(training.TINY, name="micro", train_limit=120, length_train_limit=120, test_limit=30,
+                            eval_limit=20)
 metrics = training.train(micro, out_dir=Path(sys.argv[1]), lengths_path=None)
 metrics.pop("timing")
 print(json.dumps(metrics, sort_keys=True))
@@ -72,9 +70,11 @@ def test_training_twice_with_the_same_seed_gives_the_same_metrics(tmp_path):
     assert (tmp_path / "a" / "heads.safetensors").read_bytes() == (tmp_path / "b" / "heads.safetensors").read_bytes()
 
 
-def test_a_cardiac_arrest_call_is_esi_1_with_probabilities_summing_to_one(trained_predictors_dir):
+def test_a_cardiac_arrest_call_is_esi_1_at_decision_point_a_with_its_reason(trained_predictors_dir):
     [prediction] = load_triage_predictor().predict([ARREST])
-    assert prediction.esi == 1
+    assert (prediction.esi, prediction.decision_point) == (1, "A")
+    assert "A: not breathing or no pulse" in prediction.reasons
+    assert "not breathing" in prediction.findings
     assert len(prediction.probabilities) == 5
     assert sum(prediction.probabilities) == pytest.approx(1.0, abs=1e-9)
     assert prediction.predicted_output_tokens >= 1

@@ -30,9 +30,13 @@ def test_classify_prints_one_json_line_per_input_without_database_access(trained
     call_command("classify", str(calls), stdout=out)
     rows = [json.loads(line) for line in out.getvalue().splitlines()]
     assert [r["id"] for r in rows] == ["a", 7]
+    assert (rows[0]["esi"], rows[0]["decision_point"]) == (1, "A")
     for row in rows:
-        assert set(row) == {"id", "esi", "probabilities", "predicted_output_tokens"}
+        assert set(row) == {"id", "esi", "decision_point", "reasons", "uncertain", "findings", "probabilities",
+                            "predicted_output_tokens"}
         assert row["esi"] in range(1, 6) and len(row["probabilities"]) == 5
+        assert row["decision_point"] in "ABCD" and row["reasons"] and isinstance(row["uncertain"], bool)
+        assert all(r.startswith(f"{r[0]}: ") for r in row["reasons"])
         assert sum(row["probabilities"]) == pytest.approx(1.0)
         assert isinstance(row["predicted_output_tokens"], int)
 
@@ -70,9 +74,11 @@ def training_calls(monkeypatch) -> dict:
 
     def fake_train(config, **kwargs):
         seen.update(config=config, **kwargs)
-        esi = {"under_triage_rate": 0.0, "macro_recall": 1.0, "over_triage_rate": 0.0}
-        return {"version": "v", "test": {"esi": esi, "length": {"mae_tokens": 1.0}},
-                "length_label_source": "real", "timing": {"train_s": 0.1}}
+        esi = {"under_triage_rate": 0.0, "accuracy": 1.0, "over_triage_rate": 0.0, "n": 3,
+               "per_level": {"1": {"recall": 1.0}}}
+        return {"version": "v", "catalogue": "c", "evaluation": {"independent": {"esi": esi}},
+                "test": {"esi": esi, "length": {"mae_tokens": 1.0}}, "length_label_source": "real",
+                "timing": {"train_s": 0.1}}
 
     monkeypatch.setattr(training, "train", fake_train)
     return seen
@@ -87,7 +93,8 @@ def test_train_predictors_passes_its_options_to_training(training_calls, tmp_pat
     call_command("train_predictors", "--tiny", "--out", str(tmp_path / "m"), "--lengths", str(lengths), stdout=out)
     assert seen["config"] is training.TINY
     assert seen["out_dir"] == tmp_path / "m" and seen["lengths_path"] == lengths
-    assert "under-triage 0.0%" in out.getvalue()
+    assert seen["written_path"] == training.WRITTEN_CORPUS
+    assert "independent set: exact 1.000, under-triage 0.0%" in out.getvalue()
 
 
 def test_train_predictors_accepts_string_paths_from_call_command(training_calls, tmp_path):

@@ -1,11 +1,12 @@
-"""Pure pieces of the classifier: the urgency-biased decision rule, vital-sign flags, metric definitions."""
+"""Pure pieces of the classifier: the urgency-biased decision rule, the judgement, metric definitions."""
 
 import pytest
 import torch
 
+from inference.clinical import AlgorithmResult, Reason
 from inference.predictors.esi import decide_levels
 from inference.predictors.evaluation import esi_metrics
-from inference.predictors.lexical import vital_flags
+from inference.predictors.judgement import judge
 
 
 def test_decision_rule_picks_the_more_urgent_level_when_in_doubt():
@@ -20,17 +21,35 @@ def test_decision_rule_falls_back_to_esi_5_when_no_threshold_is_reached():
     assert decide_levels(probs, (0.5, 0.5, 0.5, 0.5)).tolist() == [5]
 
 
-@pytest.mark.parametrize(
-    ("text", "flag"),
-    [("the watch says heart rate 150", 0), ("sats are 85 on the finger clip", 1),
-     ("she's breathing like 35 times a minute", 2), ("the sugar is 2.1", 4)],
-)
-def test_danger_zone_vitals_are_flagged(text, flag):
-    assert vital_flags(text)[flag] == 1.0
+def _result(level, point, reason, danger=()):
+    return AlgorithmResult(level, point, (Reason(point, reason),) if reason else (), None, danger)
 
 
-def test_normal_vitals_are_not_flagged():
-    assert vital_flags("sats 97, pulse 80, breathing 16 a minute")[:5] == [0.0] * 5
+def test_where_algorithm_and_model_disagree_the_more_urgent_wins_and_the_call_is_uncertain():
+    probs = [0.02, 0.08, 0.1, 0.7, 0.1]  # the model: ESI 4, confidently
+    verdict = judge(probs, 4, _result(2, "B", "fever during chemotherapy"))
+    assert (verdict.esi, verdict.decision_point, verdict.uncertain) == (2, "B", True)
+    assert verdict.reasons == ("B: fever during chemotherapy",)
+    agree = judge(probs, 4, _result(4, "C", "1 resource (X-ray) for a limb injury"))
+    assert (agree.esi, agree.uncertain) == (4, False)
+
+
+def test_split_probability_mass_goes_to_the_more_urgent_level_and_is_marked():
+    verdict = judge([0.0, 0.42, 0.48, 0.1, 0.0], 3, _result(None, None, None))
+    assert (verdict.esi, verdict.uncertain) == (2, True)
+    assert verdict.reasons and verdict.reasons[0].startswith("B: the learned model")
+
+
+def test_a_model_level_without_a_catalogue_rule_says_so_in_its_reason():
+    verdict = judge([0.9, 0.05, 0.03, 0.01, 0.01], 1, _result(None, None, None))
+    assert (verdict.esi, verdict.decision_point) == (1, "A")
+    assert "no catalogue rule named it" in verdict.reasons[0]
+
+
+def test_danger_zone_vitals_lift_an_esi_3_verdict_to_2_at_decision_point_d():
+    danger = (Reason("D", "SpO2 89% (danger zone < 92%)"),)
+    verdict = judge([0.0, 0.1, 0.8, 0.1, 0.0], 3, _result(3, "C", "2 resources (labs, X-ray) for breathlessness", danger))
+    assert (verdict.esi, verdict.decision_point, verdict.reasons) == (2, "D", ("D: SpO2 89% (danger zone < 92%)",))
 
 
 def test_under_triage_counts_true_esi_1_2_predicted_3_to_5_and_over_triage_counts_more_urgent():
@@ -61,36 +80,9 @@ def test_without_real_lengths_the_label_source_says_proxy(tmp_path):
     assert source.startswith("proxy:") and labels["a"] >= 1
 
 
-def test_threshold_tuning_folds_hold_out_whole_templates_of_every_variant():
-    from inference.predictors.training import template_folds
+def test_threshold_tuning_holds_out_each_author_in_turn():
+    from inference.predictors.training import author_folds
 
-    train = [{"template_id": f"{variant}.{t}"} for variant in ("fall.hip", "burns.small") for t in range(5) for _ in range(3)]
-    folds = template_folds(train, 5, seed=7)
-    fold_of_template = {}
-    for record, fold in zip(train, folds, strict=True):
-        assert fold_of_template.setdefault(record["template_id"], fold) == fold  # a template is never split
-    for variant in ("fall.hip", "burns.small"):  # each variant's 5 templates are dealt over the 5 folds
-        assert sorted(f for t, f in fold_of_template.items() if t.startswith(variant)) == [0, 1, 2, 3, 4]
-    assert template_folds(train, 5, seed=7) == folds
-
-
-def test_ngram_features_are_stable_hashed_unit_rows_and_ignore_terms_seen_once():
-    from inference.predictors.ngrams import fit_idf, term_counts, terms, tfidf
-
-    assert terms("He won't wake up") == ["he", "won't", "wake", "up", "he won't", "won't wake", "wake up"]
-    texts = ["he won't wake up", "she won't wake up", "a cold and a runny nose"]
-    idf = fit_idf(texts, buckets=1 << 10, min_df=2)
-    assert int((idf > 0).sum()) == 5  # in two calls: won't, wake, up, "won't wake", "wake up"
-    x = tfidf(texts, idf)
-    assert torch.allclose(x[:2].norm(dim=1), torch.ones(2))
-    assert x[2].abs().sum() == 0  # nothing in the third call was seen twice
-    assert torch.equal(term_counts(["wake up"], 1 << 10), term_counts(["Wake UP!"], 1 << 10))
-
-
-def test_mixing_weight_zero_is_the_embedding_head_alone():
-    from inference.predictors.esi import mix
-
-    a = torch.tensor([[0.6, 0.4, 0, 0, 0]], dtype=torch.float64)
-    b = torch.tensor([[0.0, 0.0, 1, 0, 0]], dtype=torch.float64)
-    assert torch.equal(mix(a, b, 0.0), a) and torch.equal(mix(a, None, 0.5), a)
-    assert torch.allclose(mix(a, b, 0.5), torch.tensor([[0.3, 0.2, 0.5, 0, 0]], dtype=torch.float64))
+    records = [{"id": f"w{a}-{i:03d}"} for a in (1, 2, 3) for i in range(4)]
+    folds = author_folds(records)
+    assert folds == [0] * 4 + [1] * 4 + [2] * 4

@@ -30,7 +30,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from triage.models import ESI_LEVELS, ApiClient, Call, CallStatus
+from triage.models import ESI_LEVELS, ApiClient, Call, CallStatus, DecisionPoint
 from triage.roles import has_any_role, is_dispatcher
 from triage.selectors.calls import call_get, call_list
 from triage.services.calls import call_cancel, call_create
@@ -89,8 +89,18 @@ class AssessmentOutputSerializer(serializers.Serializer):
     predicted_output_tokens = serializers.IntegerField()
     model_version = serializers.CharField()
     latency_ms = serializers.FloatField()
+    decision_point = serializers.ChoiceField(
+        choices=DecisionPoint.choices, help_text="The ESI decision point that decided the level (A, B, C or D)"
+    )
+    reasons = serializers.ListField(
+        child=serializers.CharField(), help_text='Why this level, e.g. ["B: fever during chemotherapy"]'
+    )
+    uncertain = serializers.BooleanField(help_text="Algorithm and model disagree or the probability is split")
+    findings = serializers.ListField(child=serializers.CharField(), help_text="What the caller said, as findings")
+    catalogue_version = serializers.CharField(allow_blank=True)
     override_esi = serializers.IntegerField(allow_null=True)
     override_reason = serializers.CharField(allow_blank=True)
+    override_disputed_reason = serializers.CharField(allow_blank=True)
     overridden_at = serializers.DateTimeField(allow_null=True)
     overridden_by = serializers.CharField(source="overridden_by.get_username", allow_null=True, default=None)
 
@@ -250,6 +260,10 @@ class CallOverrideApi(ApiView):
     class InputSerializer(StrictSerializer):
         esi = StrictIntegerField(min_value=1, max_value=5)
         reason = CleanCharField(max_length=OVERRIDE_REASON_MAX_CHARS)
+        disputed_reason = CleanCharField(
+            max_length=300, required=False, allow_blank=True,
+            help_text="Which of the assessment's reasons the dispatcher disagrees with (one of assessment.reasons)",
+        )
 
     @extend_schema(
         operation_id="calls_override_esi", request=InputSerializer, parameters=[CALL_ID],
@@ -262,7 +276,7 @@ class CallOverrideApi(ApiView):
         call = self.get_call(call_id)
         call_override_level(
             call=call, level=serializer.validated_data["esi"], reason=serializer.validated_data["reason"],
-            user=request.user,
+            disputed_reason=serializer.validated_data.get("disputed_reason", ""), user=request.user,
         )
         return Response(CallOutputSerializer(self.get_call(call_id)).data)
 

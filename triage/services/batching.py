@@ -49,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 class Predictor(Protocol):
     version: str
+    catalogue_version: str
 
     def predict(self, transcripts: Sequence[str]) -> Sequence[Prediction]: ...
 
@@ -101,7 +102,8 @@ def _triage_one_batch(call_id: int | None, predictor: Predictor, knobs: Schedule
         latency_ms = (predicted - started) * 1000 / max(1, len(batch))
         if batch:
             calls_triage_record(
-                calls=batch, predictions=predictions, model_version=predictor.version, latency_ms=latency_ms
+                calls=batch, predictions=predictions, model_version=predictor.version, latency_ms=latency_ms,
+                catalogue_version=predictor.catalogue_version,
             )
     logger.info(
         "triaged %d calls: claim %.0f ms, classify %.0f ms, record %.0f ms", len(batch),

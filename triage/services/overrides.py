@@ -18,8 +18,11 @@ from .triage import tier_for_level
 OVERRIDE_REASON_MAX_CHARS = 1000
 
 
-def call_override_level(*, call: Call, level: int, reason: str, user: AbstractBaseUser) -> Call:
-    """Set the call's level to ``level`` for ``reason``; dispatchers (and supervisors) only.
+def call_override_level(
+    *, call: Call, level: int, reason: str, user: AbstractBaseUser, disputed_reason: str = ""
+) -> Call:
+    """Set the call's level to ``level`` for ``reason``; dispatchers (and supervisors) only. ``disputed_reason``
+    names which of the assessment's reasons the dispatcher disagrees with ("" for none in particular).
 
     Publishes ``{"kind": "reprioritise", "call_id", "level", "tier"}`` on the control channel after the commit
     (``tier``: the tier of the new level, "" when no tier claims it).
@@ -32,18 +35,26 @@ def call_override_level(*, call: Call, level: int, reason: str, user: AbstractBa
         assessment = TriageAssessment.objects.filter(call=locked).first()
         if assessment is None:
             raise Conflict("the call has not been triaged yet", fields={"esi": ["call not triaged yet"]})
+        if disputed_reason and disputed_reason not in assessment.reasons:
+            raise field_error("disputed_reason", "Must be one of the assessment's reasons.", code="invalid_choice")
         previous = locked.level
         assessment.override_esi = level
         assessment.overridden_by = user
         assessment.overridden_at = timezone.now()
         assessment.override_reason = reason.strip()
-        assessment.save(update_fields=["override_esi", "overridden_by", "overridden_at", "override_reason"])
+        assessment.override_disputed_reason = disputed_reason
+        assessment.save(update_fields=[
+            "override_esi", "overridden_by", "overridden_at", "override_reason", "override_disputed_reason",
+        ])
         locked.level = level
         locked.tier = tier_for_level(level)
         locked.save(update_fields=["level", "tier"])
         audit_record(
             action="call.level_overridden", actor=user, call=locked,
-            data={"from_level": previous, "to_level": level, "reason": assessment.override_reason},
+            data={
+                "from_level": previous, "to_level": level, "reason": assessment.override_reason,
+                "disputed_reason": disputed_reason, "decision_point": assessment.decision_point,
+            },
         )
         call_changed_on_commit(locked.pk)
         control_publish_on_commit({

@@ -24,7 +24,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from inference.guidance_corpus import guidance_prompt as llm_guidance_prompt
-from triage.models import AuditEvent, Call, CallStatus, Tier, TriageAssessment
+from triage.models import AuditEvent, Call, CallStatus, DecisionPoint, Tier, TriageAssessment
 from triage.realtime import call_changed_on_commit
 from triage.streams import stream_append_many
 
@@ -45,6 +45,10 @@ class Prediction(Protocol):
     esi: int
     probabilities: Sequence[float]
     predicted_output_tokens: int
+    decision_point: str
+    reasons: Sequence[str]
+    uncertain: bool
+    findings: Sequence[str]
 
 
 def tier_for_level(level: int, tiers: Iterable[Tier] | None = None) -> Tier | None:
@@ -68,6 +72,11 @@ def _check_prediction(call: Call, prediction: Prediction) -> None:
     probabilities = list(prediction.probabilities)
     if prediction.esi not in (1, 2, 3, 4, 5) or len(probabilities) != 5:
         raise DomainError(f"invalid prediction for call {call.pk}", fields={"esi": [f"got {prediction.esi}"]})
+    if prediction.decision_point not in DecisionPoint.values or not list(prediction.reasons):
+        raise DomainError(
+            f"invalid prediction for call {call.pk}",
+            fields={"decision_point": [f"got {prediction.decision_point!r} with {len(list(prediction.reasons))} reasons"]},
+        )
 
 
 def calls_triage_record(
@@ -76,6 +85,7 @@ def calls_triage_record(
     predictions: Sequence[Prediction],
     model_version: str,
     latency_ms: float,
+    catalogue_version: str = "",
     actor: Actor = SYSTEM_TRIAGE,
 ) -> list[Call]:
     """Record one micro-batch of verdicts: ``received → triaged``, then (on commit) ``triaged → queued``.
@@ -96,8 +106,8 @@ def calls_triage_record(
             changed.update(apply_transition(call, CallStatus.TRIAGED, now=now))
             call.level = prediction.esi
             call.tier = tier_for_level(prediction.esi, tiers)
-            assessments.append(_assessment(call, prediction, model_version, latency_ms))
-            audits.append(_triaged_audit(call, prediction, model_version, actor))
+            assessments.append(_assessment(call, prediction, model_version, latency_ms, catalogue_version))
+            audits.append(_triaged_audit(call, prediction, model_version, catalogue_version, actor))
             call_changed_on_commit(call.pk)
         TriageAssessment.objects.bulk_create(assessments)
         Call.objects.bulk_update(locked, sorted(changed))
@@ -107,7 +117,9 @@ def calls_triage_record(
     return locked
 
 
-def _assessment(call: Call, prediction: Prediction, model_version: str, latency_ms: float) -> TriageAssessment:
+def _assessment(
+    call: Call, prediction: Prediction, model_version: str, latency_ms: float, catalogue_version: str
+) -> TriageAssessment:
     return TriageAssessment(
         call=call,
         predicted_esi=prediction.esi,
@@ -115,17 +127,28 @@ def _assessment(call: Call, prediction: Prediction, model_version: str, latency_
         predicted_output_tokens=int(prediction.predicted_output_tokens),
         model_version=model_version,
         latency_ms=latency_ms,
+        decision_point=prediction.decision_point,
+        reasons=[str(r) for r in prediction.reasons],
+        uncertain=bool(prediction.uncertain),
+        findings=[str(f) for f in prediction.findings],
+        catalogue_version=catalogue_version,
     )
 
 
-def _triaged_audit(call: Call, prediction: Prediction, model_version: str, actor: Actor) -> AuditEvent:
+def _triaged_audit(
+    call: Call, prediction: Prediction, model_version: str, catalogue_version: str, actor: Actor
+) -> AuditEvent:
     return audit_event_build(
         action="call.triaged",
         actor=actor,
         call=call,
         from_status=CallStatus.RECEIVED,
         to_status=CallStatus.TRIAGED,
-        data={"esi": prediction.esi, "model_version": model_version},
+        data={
+            "esi": prediction.esi, "decision_point": prediction.decision_point,
+            "reasons": [str(r) for r in prediction.reasons], "uncertain": bool(prediction.uncertain),
+            "model_version": model_version, "catalogue_version": catalogue_version,
+        },
     )
 
 
@@ -135,11 +158,13 @@ def call_triage_record(
     prediction: Prediction,
     model_version: str,
     latency_ms: float,
+    catalogue_version: str = "",
     actor: Actor = SYSTEM_TRIAGE,
 ) -> Call:
     """Record one call's verdict (see ``calls_triage_record``)."""
     (recorded,) = calls_triage_record(
-        calls=[call], predictions=[prediction], model_version=model_version, latency_ms=latency_ms, actor=actor
+        calls=[call], predictions=[prediction], model_version=model_version, latency_ms=latency_ms,
+        catalogue_version=catalogue_version, actor=actor,
     )
     return recorded
 

@@ -38,6 +38,9 @@ def test_get_returns_the_call_with_its_assessment(redis_conn, api, triaged_call)
     assert body["assessment"]["predicted_esi"] == 1 and len(body["assessment"]["probabilities"]) == 5
     assert sum(body["assessment"]["probabilities"]) == pytest.approx(1.0, abs=1e-5)
     assert body["assessment"]["override_esi"] is None
+    assert body["assessment"]["decision_point"] == "A"
+    assert "A: not breathing or no pulse" in body["assessment"]["reasons"]
+    assert isinstance(body["assessment"]["uncertain"], bool) and body["assessment"]["catalogue_version"]
 
 
 def test_get_of_an_unknown_call_is_404_in_the_error_shape(redis_conn, api):
@@ -70,6 +73,27 @@ def test_a_dispatcher_overrides_the_esi_with_a_reason(redis_conn, session_api, t
     body = response.json()
     assert body["esi"] == 3 and body["assessment"]["override_esi"] == 3
     assert body["assessment"]["overridden_by"] == "dora" and body["assessment"]["predicted_esi"] == 1
+
+
+def test_an_override_records_which_reason_the_dispatcher_disputes(redis_conn, session_api, triaged_call):
+    disputed = triaged_call.assessment.reasons[0]
+    response = session_api.patch(
+        f"{URL}{triaged_call.pk}/", {"esi": 2, "reason": "he is breathing, I can hear him", "disputed_reason": disputed},
+        format="json",
+    )
+    assert response.status_code == 200, response.content
+    assert response.json()["assessment"]["override_disputed_reason"] == disputed
+    event = AuditEvent.objects.get(call=triaged_call, action="call.level_overridden")
+    assert (event.data["disputed_reason"], event.data["decision_point"]) == (disputed, "A")
+
+
+def test_a_disputed_reason_that_is_not_the_assessments_is_refused_by_name(redis_conn, session_api, triaged_call):
+    response = session_api.patch(
+        f"{URL}{triaged_call.pk}/", {"esi": 2, "reason": "r", "disputed_reason": "B: something else"}, format="json"
+    )
+    assert response.status_code == 400 and "disputed_reason" in response.json()["error"]["fields"]
+    triaged_call.refresh_from_db()
+    assert triaged_call.level == 1 and triaged_call.assessment.override_esi is None
 
 
 def test_overriding_an_untriaged_call_is_a_409(redis_conn, session_api, client_and_token):

@@ -33,7 +33,10 @@ def parse_lines(lines: Iterable[str], source: str) -> list[tuple[Any, str]]:
 
 
 class Command(BaseCommand):
-    help = 'Print {"id", "esi", "probabilities", "predicted_output_tokens"} per line of a JSONL file ("-": stdin).'
+    help = (
+        'Print {"id", "esi", "decision_point", "reasons", "uncertain", "findings", "probabilities", '
+        '"predicted_output_tokens"} per line of a JSONL file ("-": stdin).'
+    )
     requires_system_checks: list[str] = []  # never touches the database
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -59,6 +62,10 @@ class Command(BaseCommand):
                 self.stdout.write(json.dumps({
                     "id": call_id,
                     "esi": p.esi,
+                    "decision_point": p.decision_point,
+                    "reasons": list(p.reasons),
+                    "uncertain": p.uncertain,
+                    "findings": list(p.findings),
                     "probabilities": list(p.probabilities),
                     "predicted_output_tokens": p.predicted_output_tokens,
                 }))

@@ -27,14 +27,17 @@ class Command(BaseCommand):
             help="JSONL {id, output_tokens} of the guidance LLM's real output lengths "
             "(default: <models>/guidance-llm/output_lengths.jsonl when it exists, else a labelled proxy)",
         )
-        parser.add_argument("--corpus", type=Path, help="labelled call corpus (default: fixtures/calls/calls.jsonl)")
+        parser.add_argument("--corpus", type=Path, help="template corpus for output lengths (default: fixtures/calls/calls.jsonl)")
+        parser.add_argument("--written", type=Path, help="ESI training corpus (default: fixtures/calls/written/)")
         parser.add_argument("--seed", type=int, help="override the config's seed")
 
     def handle(self, *args: Any, **options: Any) -> None:
         from inference.predictors import training
 
         # call_command(..., lengths="...") passes strings through without argparse's type=Path
-        lengths, out, corpus = (Path(options[k]) if options[k] else None for k in ("lengths", "out", "corpus"))
+        lengths, out, corpus, written = (
+            Path(options[k]) if options[k] else None for k in ("lengths", "out", "corpus", "written")
+        )
         if lengths is not None and not lengths.is_file():
             raise CommandError(f"--lengths {lengths}: no such file")
         config = training.TINY if options["tiny"] else training.FULL
@@ -45,13 +48,18 @@ class Command(BaseCommand):
             config,
             out_dir=out,
             corpus_path=corpus or training.DEFAULT_CORPUS,
+            written_path=written or training.WRITTEN_CORPUS,
             lengths_path=lengths or default_lengths_path(),
             log=self.stdout.write,
         )
-        esi = metrics["test"]["esi"]
+        self.stdout.write(f"{metrics['version']} -> {out} (catalogue {metrics['catalogue']})")
+        for name, result in metrics["evaluation"].items():
+            esi = result["esi"]
+            self.stdout.write(
+                f"{name} set: exact {esi['accuracy']:.3f}, under-triage {esi['under_triage_rate']:.1%}, "
+                f"over-triage {esi['over_triage_rate']:.1%}, ESI-1 recall {esi['per_level']['1']['recall']:.3f} (n={esi['n']})"
+            )
         self.stdout.write(
-            f"{metrics['version']} -> {out}\n"
-            f"test: under-triage {esi['under_triage_rate']:.1%}, macro recall {esi['macro_recall']:.3f}, "
-            f"over-triage {esi['over_triage_rate']:.1%}, length MAE {metrics['test']['length']['mae_tokens']:.1f} "
-            f"tokens ({metrics['length_label_source']}); trained in {metrics['timing']['train_s']} s"
+            f"length MAE {metrics['test']['length']['mae_tokens']:.1f} tokens ({metrics['length_label_source']}); "
+            f"trained in {metrics['timing']['train_s']} s"
         )
