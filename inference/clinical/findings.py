@@ -15,7 +15,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .catalogue import Catalogue, ConceptRef
-from .context import CURRENT, NEGATED, POSSIBLE, PRESENT, Assertion
+from .context import CURRENT, HISTORICAL, NEGATED, POSSIBLE, PRESENT, RESOLVED, Assertion
 from .lexicon import Mention
 from .patient import Patient, describe_patient
 from .text import known_words, tokenize
@@ -54,11 +54,22 @@ def extract_findings(transcript: str, catalogue: Catalogue) -> Findings:
     tokens = tokenize(transcript, catalogue.lexicon.vocabulary, _real_words())
     mentions = _outermost(list(catalogue.lexicon.mentions(tokens)))
     assertions = catalogue.context.assert_all(tokens, mentions)
-    items = [Finding(a.mention.concept, a.status, a.uncertain, " ".join(tokens.words[a.mention.start:a.mention.end]))
-             for a in assertions]
+    items = [Finding(a.mention.concept, _status(a, catalogue), a.uncertain,
+                     " ".join(tokens.words[a.mention.start:a.mention.end])) for a in assertions]
     items += _opposites(assertions, catalogue, tokens.words)
     items += _implied(items, catalogue)
     return Findings(describe_patient(tokens.text), read_vitals(tokens.text), tuple(items))
+
+
+PERSISTENT_KINDS = ("risk", "population")
+
+
+def _status(assertion: Assertion, catalogue: Catalogue) -> str:
+    """A risk factor told in the past tense is a risk now ("had a transplant last year", "had a heart attack
+    two years ago"); a symptom told in the past is not."""
+    if assertion.status in (HISTORICAL, RESOLVED) and catalogue.concepts[assertion.mention.concept].kind in PERSISTENT_KINDS:
+        return PRESENT
+    return assertion.status
 
 
 def _outermost(mentions: list[Mention]) -> list[Mention]:

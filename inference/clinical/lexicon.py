@@ -120,22 +120,77 @@ class Mention:
     end: int
 
 
+Anchor = tuple[frozenset[str], tuple[str, ...]]  # words one of which must be in the call, and word prefixes
+
+
+def phrase_anchor(phrase: str) -> Anchor | None:
+    """The words of a phrase's first required element: a call with none of them cannot match the phrase, so
+    its regular expression need not run. None when the phrase has no such element (it starts with a macro,
+    a gap or optional words only)."""
+    tokens = _PHRASE_TOKEN.findall(phrase.strip().lower().replace("-", " "))
+    words = _first_words(tokens, 0)
+    if not words:
+        return None
+    exact = frozenset(w for w in words if not w.endswith("*"))
+    prefixes = tuple(w[:-1] for w in words if w.endswith("*"))
+    return exact, prefixes
+
+
+def _first_words(tokens: list[str], i: int) -> list[str] | None:
+    """Literal words that can open the sequence starting at ``i`` (None: not knowable)."""
+    if i >= len(tokens) or tokens[i] in (")", "]", "|", "...", "[") or tokens[i].startswith("{"):
+        return None
+    if tokens[i] != "(":
+        return [tokens[i]]
+    words, depth, start = [], 0, i + 1
+    for j in range(i + 1, len(tokens)):
+        if tokens[j] in ("(", "["):
+            depth += 1
+        elif tokens[j] in (")", "]") and depth:
+            depth -= 1
+        elif depth == 0 and tokens[j] in ("|", ")"):
+            first = _first_words(tokens, start)
+            if first is None:
+                return None
+            words += first
+            start = j + 1
+            if tokens[j] == ")":
+                return words
+    return None
+
+
 class Lexicon:
-    """Every concept's phrases as one compiled alternation per concept."""
+    """Every concept's phrases as one compiled alternation per concept, run only on calls that contain one of
+    its phrases' anchor words (most calls mention a few dozen of the catalogue's hundreds of concepts)."""
 
     def __init__(self, phrases: dict[str, Iterable[str]]) -> None:
         self.patterns: dict[str, re.Pattern[str]] = {}
+        self.anchors: dict[str, list[Anchor] | None] = {}
         for concept, items in phrases.items():
+            items = list(items)
             sources = [compile_phrase(p) for p in items]
             if sources:
                 self.patterns[concept] = re.compile("|".join(sources))
+                anchors = [phrase_anchor(p) for p in items]
+                self.anchors[concept] = None if any(a is None for a in anchors) else anchors  # type: ignore[assignment]
         self.vocabulary = frozenset(
             w.strip("*") for items in phrases.values() for p in items for w in re.findall(r"[a-z'*]+", p.lower())
         )
 
     def mentions(self, tokens: Tokens) -> Iterator[Mention]:
+        present = set(tokens.words)
         for concept, pattern in self.patterns.items():
+            anchors = self.anchors[concept]
+            if anchors is not None and not any(_anchored(a, present, tokens.words) for a in anchors):
+                continue
             for match in pattern.finditer(tokens.text):
                 start = tokens.index_at(match.start())
                 end = tokens.index_at(max(match.start(), match.end() - 1)) + 1
                 yield Mention(concept, start, end)
+
+
+def _anchored(anchor: Anchor, present: set[str], words: tuple[str, ...]) -> bool:
+    exact, prefixes = anchor
+    return not exact.isdisjoint(present) or any(w.startswith(prefixes) for w in words) if prefixes else (
+        not exact.isdisjoint(present)
+    )

@@ -54,6 +54,10 @@ _THIRD_PARTY = re.compile(
     r"client|tenant|cousin|niece|nephew|flatmate|roommate|housemate|carer|driver|cyclist|passenger|worker)\b"
     r"|\b(?:someone|somebody|a person|this person)\b"
 )
+_FIRST_PERSON_SYMPTOM = re.compile(
+    r"\bi(?:'ve| have) (?:been|got|had)\b|\bi (?:feel|felt|fainted|fell|can't|cannot|get|keep|woke)\b|\bi'm (?:having|getting|feeling|in)\b"
+    r"|\bmy (?:chest|head|stomach|tummy|belly|back|arm|leg|foot|ankle|knee|hand|wrist|eye|throat|heart|breathing|pain)\b"
+)
 _FEMALE = re.compile(r"\b(?:she|her|hers|herself|woman|lady|girl|mum|mom|mother|wife|daughter|sister|nan|gran|"
                      r"granny|grandma|aunt|auntie|niece|girlfriend|pregnant|mrs|ms|miss|female|mummy|mommy|mama)\b")
 _MALE = re.compile(r"\b(?:he|him|his|himself|man|guy|bloke|boy|lad|dad|father|husband|son|brother|grandad|grandpa|"
@@ -75,9 +79,10 @@ class Patient:
 
 def describe_patient(text: str) -> Patient:
     """``text``: the normalised call (lower case, digits for number words)."""
-    third_party = bool(_THIRD_PARTY.search(text))
-    first_person = bool(re.search(r"\b(?:i|i'm|i've|my chest|my head|me)\b", text))
-    caller_is_patient = not third_party and first_person
+    # The patient is the caller when the call talks about "I" and "me" more than about "he" or "she".
+    first = len(re.findall(r"\b(?:i|i'm|i've|i'd|me|myself)\b", text))
+    third = len(re.findall(r"\b(?:he|she|he's|she's|him|her|his|hers|himself|herself)\b", text))
+    caller_is_patient = first > third and (not _THIRD_PARTY.search(text) or bool(_FIRST_PERSON_SYMPTOM.search(text)))
     age = _stated_age(text, caller_is_patient)
     return Patient(age, _group(age, text), _sex(text, caller_is_patient), caller_is_patient)
 

@@ -28,14 +28,14 @@ SPELLINGS: dict[str, str] = {
     "wouldnt": "wouldn't", "shouldnt": "shouldn't", "hasnt": "hasn't", "havent": "haven't",
     "hadnt": "hadn't", "hes": "he's", "shes": "she's", "im": "i'm", "ive": "i've", "theres": "there's",
     "thats": "that's", "its": "it's", "whats": "what's", "theyre": "they're", "youre": "you're",
-    "nae": "no", "naw": "no", "nah": "no", "nope": "no", "yeah": "yes", "yep": "yes", "yup": "yes", "aye": "yes",
+    "ma": "my", "tae": "to", "wis": "was", "oot": "out", "nae": "no", "naw": "no", "nah": "no", "nope": "no", "yeah": "yes", "yep": "yes", "yup": "yes", "aye": "yes",
     "ya": "yes", "yea": "yes", "ok": "okay", "pls": "please", "plz": "please", "u": "you",
     "ur": "your", "b4": "before", "bc": "because", "cos": "because", "coz": "because",
     "wat": "what", "breathin": "breathing", "bleedin": "bleeding", "throwin": "throwing",
     "shakin": "shaking", "fittin": "fitting", "movin": "moving", "talkin": "talking", "respondin": "responding",
     "gaspin": "gasping", "chokin": "choking", "vomitting": "vomiting", "vomitted": "vomited",
     "puking": "vomiting", "puked": "vomited", "puke": "vomit", "spewing": "vomiting", "hurled": "vomited",
-    "weeing": "urinating", "pee": "urine", "peeing": "urinating", "poo": "stool", "pooing": "stool",
+    "weeing": "urinating",
     "tummy": "stomach", "belly": "stomach", "abdomen": "stomach", "abdo": "stomach", "gut": "stomach",
     "oxygen's": "oxygen is", "o2": "oxygen", "spo2": "oxygen",
     "tylenol": "paracetamol", "acetaminophen": "paracetamol",
@@ -197,7 +197,7 @@ def _predicate(question: list[str]) -> list[str]:
 @lru_cache(maxsize=4)
 def _corrector(vocabulary: tuple[str, ...], known: frozenset[str]):  # noqa: ANN202 - a closure
     """A word that is neither a real word (``known``) nor in ``vocabulary`` is replaced by the one vocabulary
-    word within one edit (two for words of 8+ letters), if exactly one is; otherwise it is kept."""
+    word within one edit (two for words of 10+ letters), if exactly one is; otherwise it is kept."""
     by_key: dict[tuple[int, str], list[str]] = {}
     for word in vocabulary:
         if len(word) >= 5 and word.isalpha():
@@ -208,7 +208,7 @@ def _corrector(vocabulary: tuple[str, ...], known: frozenset[str]):  # noqa: ANN
     def correct(word: str) -> str:
         if len(word) < 5 or not word.isalpha() or word in vocab or word in known:
             return word
-        limit = 2 if len(word) >= 8 else 1
+        limit = 2 if len(word) >= 10 else 1
         found = {
             candidate
             for length in range(len(word) - limit, len(word) + limit + 1)

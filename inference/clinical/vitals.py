@@ -13,8 +13,9 @@ _N = r"(\d{1,3}(?:\.\d)?)"
 _GAP = r"(?: (?!\d)[^ .!?;,\n]+){0,5} "  # up to five words that are not numbers, then the reading
 _OX_WORDS = r"(?:sats?|saturations?|sat level|oxygen(?: level| sat\w*| reading)?|spo2|pulse ?ox\w*|oximeter|o2 sat\w*)"
 
+_SPO2_GAP = r"(?: (?!\d)[^ .!?;,\n]+){0,8} "  # "oxygen thing from the chemist and it's reading 90"
 _SPO2 = re.compile(rf"\b{_OX_WORDS}(?: (?:is|was|are|were|says|reads|of|at|showing|shows|'s|only|just|about|around|"
-                   rf"down to|dropped to|dropping to|keeps|saying|reading|like))*(?:{_GAP})?{_N} ?(?:%|percent)?")
+                   rf"down to|dropped to|dropping to|keeps|saying|reading|like))*(?:{_SPO2_GAP})?{_N} ?(?:%|percent)?")
 _HEART = re.compile(
     rf"\b(?:heart ?rate|pulse(?! ?ox)|heart ?beat|heart(?:'s| is)? (?:going|racing|beating|pounding|doing)(?: at)?|"
     rf"hr|bpm(?: is)?|watch says (?:his|her|my) heart)(?:{_GAP}| ){_N}\b"

@@ -35,7 +35,7 @@ def test_where_algorithm_and_model_disagree_the_more_urgent_wins_and_the_call_is
 
 
 def test_split_probability_mass_goes_to_the_more_urgent_level_and_is_marked():
-    verdict = judge([0.0, 0.42, 0.48, 0.1, 0.0], 3, _result(None, None, None))
+    verdict = judge([0.0, 0.45, 0.47, 0.08, 0.0], 3, _result(None, None, None))
     assert (verdict.esi, verdict.uncertain) == (2, True)
     assert verdict.reasons and verdict.reasons[0].startswith("B: the learned model")
 
