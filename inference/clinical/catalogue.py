@@ -58,6 +58,7 @@ class Concept:
     phrases: tuple[str, ...]
     opposite: str | None = None  # for a "normal" concept: the finding that holds when it is denied
     implies: tuple[str, ...] = ()
+    screen: int | None = None  # weight in the triage backlog's pre-screen (None: from the rules it fires alone)
 
 
 @dataclass(frozen=True)
@@ -147,6 +148,7 @@ def default_catalogue_dir() -> Path:
 
 
 _cache: dict[tuple[Path, str], Catalogue] = {}
+_by_stamp: dict[tuple, Catalogue] = {}
 _lock = threading.Lock()
 FILES = ("catalogue.yaml", "concepts.yaml", "context.yaml", "high_risk.yaml", "resources.yaml", "vitals.yaml")
 
@@ -155,6 +157,10 @@ def load_catalogue(directory: str | Path | None = None) -> Catalogue:
     """The catalogue in ``directory`` (default: TRIAGE_CLINICAL_DIR or fixtures/clinical), parsed once per
     content: an edited file is picked up by the next call."""
     root = Path(directory) if directory is not None else default_catalogue_dir()
+    stamp = _stamp(root)
+    with _lock:
+        if stamp is not None and stamp in _by_stamp:
+            return _by_stamp[stamp]
     texts = {}
     for name in FILES:
         path = root / name
@@ -166,7 +172,17 @@ def load_catalogue(directory: str | Path | None = None) -> Catalogue:
         key = (root.resolve(), digest)
         if key not in _cache:
             _cache[key] = _parse(texts, digest)
+        if stamp is not None:
+            _by_stamp[stamp] = _cache[key]
         return _cache[key]
+
+
+def _stamp(root: Path) -> tuple | None:
+    """The files' sizes and modification times: unchanged files need not be read and hashed again."""
+    try:
+        return (str(root.resolve()), *((p.stat().st_mtime_ns, p.stat().st_size) for p in (root / n for n in FILES)))
+    except OSError:
+        return None
 
 
 def _yaml(name: str, text: str) -> dict[str, Any]:
@@ -209,7 +225,10 @@ def _concepts(data: dict[str, Any]) -> dict[str, Concept]:
     concepts: dict[str, Concept] = {}
     for cid, entry in data["concepts"].items():
         where = f"concepts.yaml: {cid}"
-        _keys(where, entry, {"label", "kind", "phrases", "opposite", "implies"}, required={"label", "kind", "phrases"})
+        _keys(where, entry, {"label", "kind", "phrases", "opposite", "implies", "screen"},
+              required={"label", "kind", "phrases"})
+        if entry.get("screen") not in (None, 0, 1, 2):
+            raise CatalogueError(f"{where}: screen must be 0, 1 or 2")
         if entry["kind"] not in KINDS:
             raise CatalogueError(f"{where}: kind {entry['kind']!r} is not one of {', '.join(sorted(KINDS))}")
         phrases = tuple(str(p) for p in entry["phrases"] or ())
@@ -219,7 +238,7 @@ def _concepts(data: dict[str, Any]) -> dict[str, Concept]:
             except PhraseError as error:
                 raise CatalogueError(f"{where}: {error}") from error
         concepts[str(cid)] = Concept(str(cid), str(entry["label"]), entry["kind"], phrases,
-                                     entry.get("opposite"), tuple(entry.get("implies") or ()))
+                                     entry.get("opposite"), tuple(entry.get("implies") or ()), entry.get("screen"))
     for concept in concepts.values():
         for ref in (*concept.implies, *([concept.opposite] if concept.opposite else [])):
             if ref not in concepts:

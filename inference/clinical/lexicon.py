@@ -177,9 +177,11 @@ class Lexicon:
             w.strip("*") for items in phrases.values() for p in items for w in re.findall(r"[a-z'*]+", p.lower())
         )
 
-    def mentions(self, tokens: Tokens) -> Iterator[Mention]:
+    def mentions(self, tokens: Tokens, concepts: Iterable[str] | None = None) -> Iterator[Mention]:
+        """Every match of every concept's phrases (of ``concepts`` only, when given)."""
         present = set(tokens.words)
-        for concept, pattern in self.patterns.items():
+        wanted = self.patterns if concepts is None else {c: self.patterns[c] for c in concepts if c in self.patterns}
+        for concept, pattern in wanted.items():
             anchors = self.anchors[concept]
             if anchors is not None and not any(_anchored(a, present, tokens.words) for a in anchors):
                 continue
