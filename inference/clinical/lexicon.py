@@ -120,7 +120,7 @@ class Mention:
     end: int
 
 
-Anchor = tuple[frozenset[str], tuple[str, ...]]  # words one of which must be in the call, and word prefixes
+Anchor = tuple[frozenset[str], frozenset[str]]  # words one of which must be in the call, and word prefixes
 
 
 def phrase_anchor(phrase: str) -> Anchor | None:
@@ -132,7 +132,7 @@ def phrase_anchor(phrase: str) -> Anchor | None:
     if not words:
         return None
     exact = frozenset(w for w in words if not w.endswith("*"))
-    prefixes = tuple(w[:-1] for w in words if w.endswith("*"))
+    prefixes = frozenset(w[:-1] for w in words if w.endswith("*"))
     return exact, prefixes
 
 
@@ -173,26 +173,22 @@ class Lexicon:
                 self.patterns[concept] = re.compile("|".join(sources))
                 anchors = [phrase_anchor(p) for p in items]
                 self.anchors[concept] = None if any(a is None for a in anchors) else anchors  # type: ignore[assignment]
-        self.vocabulary = frozenset(
+        self.vocabulary = tuple(sorted({
             w.strip("*") for items in phrases.values() for p in items for w in re.findall(r"[a-z'*]+", p.lower())
-        )
+        }))
 
     def mentions(self, tokens: Tokens, concepts: Iterable[str] | None = None) -> Iterator[Mention]:
         """Every match of every concept's phrases (of ``concepts`` only, when given)."""
         present = set(tokens.words)
+        starts = {w[:n] for w in present for n in range(1, len(w) + 1)}  # every prefix of every word
         wanted = self.patterns if concepts is None else {c: self.patterns[c] for c in concepts if c in self.patterns}
         for concept, pattern in wanted.items():
             anchors = self.anchors[concept]
-            if anchors is not None and not any(_anchored(a, present, tokens.words) for a in anchors):
+            if anchors is not None and not any(
+                not exact.isdisjoint(present) or not prefixes.isdisjoint(starts) for exact, prefixes in anchors
+            ):
                 continue
             for match in pattern.finditer(tokens.text):
                 start = tokens.index_at(match.start())
                 end = tokens.index_at(max(match.start(), match.end() - 1)) + 1
                 yield Mention(concept, start, end)
-
-
-def _anchored(anchor: Anchor, present: set[str], words: tuple[str, ...]) -> bool:
-    exact, prefixes = anchor
-    return not exact.isdisjoint(present) or any(w.startswith(prefixes) for w in words) if prefixes else (
-        not exact.isdisjoint(present)
-    )

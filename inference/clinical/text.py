@@ -85,13 +85,16 @@ class Tokens:
 
 def tokenize(transcript: str, vocabulary: Iterable[str] = (), known: frozenset[str] = frozenset()) -> Tokens:
     """Normalise ``transcript`` (see the module docstring). ``vocabulary``: the catalogue's own words, the
-    targets of spelling correction; ``known``: real words that are never corrected."""
+    targets of spelling correction (a sorted tuple is used as it is: the corrector is cached per vocabulary);
+    ``known``: real words that are never corrected."""
     raw = SPEAKER_TAG.sub(" . ", transcript.lower().replace("\u2019", "'").replace("\u2018", "'").replace("`", "'"))
     words: list[str] = []
     for word in TOKEN.findall(raw):
         words.extend(SPELLINGS.get(word, word).split())
     words = _numbers(words)
-    correct = _corrector(tuple(sorted(set(vocabulary))), known) if vocabulary else None
+    if vocabulary and not isinstance(vocabulary, tuple):
+        vocabulary = tuple(sorted(set(vocabulary)))
+    correct = _corrector(vocabulary, known) if vocabulary else None
     if correct is not None:
         words = [correct(w) for w in words]
     words = _answered_questions(words)
