@@ -27,7 +27,8 @@ def editable(tmp_path):
 @pytest.mark.parametrize(
     ("file", "old", "new", "message"),
     [
-        ("high_risk.yaml", "when: {any: [stroke_signs]}", "when: {any: [stroke_sign]}", "unknown concept 'stroke_sign'"),
+        ("high_risk.yaml", "when: {any: [stroke_signs], none: [assault]}", "when: {any: [stroke_sign], none: [assault]}",
+         "unknown concept 'stroke_sign'"),
         ("resources.yaml", "resources: [xray], source: [esi-c, ottawa]", "resources: [x-ray], source: [esi-c, ottawa]",
          "unknown resource"),
         ("high_risk.yaml", 'reason: "stroke signs (face, arm, speech)", source: [esi-b, nice-ng128]',
