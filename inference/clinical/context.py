@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .lexicon import Lexicon, Mention
-from .text import BREAKS, CLAUSE_BREAKS, Tokens
+from .text import CLAUSE_BREAKS, Tokens
 
 # What a mention can be. The first two count as the finding being there now.
 PRESENT, POSSIBLE = "present", "possible"
@@ -78,10 +78,10 @@ class ContextRules:
             if at.end > mention.start and at.start < mention.end:
                 continue  # the cue is part of the mention's own phrase
             if cue.direction in ("forward", "both") and at.end <= mention.start:
-                if _reaches(words, at.end, mention.start, stops, cue.window, clause=True):
+                if _reaches(words, at.end, mention.start, stops, cue.window):
                     found.append(cue)
             elif cue.direction in ("backward", "both") and at.start >= mention.end:
-                if _reaches(words, mention.end, at.start, stops, cue.window, clause=True):
+                if _reaches(words, mention.end, at.start, stops, cue.window):
                     found.append(cue)
         if not found:
             return Assertion(mention, PRESENT)
@@ -92,12 +92,11 @@ class ContextRules:
         return Assertion(mention, winner.category, uncertain)
 
 
-def _reaches(words: Sequence[str], start: int, end: int, stops: set[int], window: int, *, clause: bool) -> bool:
-    """No break, terminator or more than ``window`` words between positions ``start`` and ``end``."""
+def _reaches(words: Sequence[str], start: int, end: int, stops: set[int], window: int) -> bool:
+    """No clause break, terminator or more than ``window`` words between positions ``start`` and ``end``."""
     if end - start > window:
         return False
-    breaks = CLAUSE_BREAKS if clause else BREAKS
-    return not any(words[i] in breaks or i in stops for i in range(start, end))
+    return not any(words[i] in CLAUSE_BREAKS or i in stops for i in range(start, end))
 
 
 def _question_spans(words: Sequence[str]) -> list[tuple[int, int]]:

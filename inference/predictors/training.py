@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from inference.clinical import load_catalogue
+from inference.clinical import AlgorithmResult, Catalogue, load_catalogue
 
 from . import REPO_ROOT, TriagePrediction, TriagePredictor
 from .bundle import read_bundle, write_bundle
@@ -166,20 +166,22 @@ def _esi_tensor(records: Sequence[Record]) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- the heads
 def esi_features(
-    encoder: SentenceEncoder, catalogue: Any, texts: Sequence[str], names: Sequence[str]
-) -> tuple[torch.Tensor, list[Any]]:
+    encoder: SentenceEncoder, catalogue: Catalogue, texts: Sequence[str], names: Sequence[str]
+) -> tuple[torch.Tensor, list[AlgorithmResult]]:
     """The ESI head's inputs for ``texts`` and the algorithm's result per call."""
     _, results, active = assess_calls(texts, catalogue)
     return esi_inputs(encoder.encode_calls(texts), vectorise(active, names)), results
 
 
-def judged_levels(probabilities: torch.Tensor, thresholds: Sequence[float], results: Sequence[Any]) -> list[int]:
+def judged_levels(
+    probabilities: torch.Tensor, thresholds: Sequence[float], results: Sequence[AlgorithmResult]
+) -> list[int]:
     levels = decide_levels(probabilities, thresholds).tolist()
     return [judge(row, level, result).esi for row, level, result in zip(probabilities.tolist(), levels, results, strict=True)]
 
 
 def train_esi(
-    encoder: SentenceEncoder, catalogue: Any, train: Sequence[Record], config: TrainingConfig
+    encoder: SentenceEncoder, catalogue: Catalogue, train: Sequence[Record], config: TrainingConfig
 ) -> tuple[EsiClassifier, dict[str, Any]]:
     """Out-of-fold predictions (a fold per author; each fold's head fitted exactly like the shipped one on the
     other authors) tune the thresholds of the whole judgement; then the shipped head is fitted on all of it."""
