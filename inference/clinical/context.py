@@ -21,7 +21,6 @@ PRESENT, POSSIBLE = "present", "possible"
 NEGATED, RESOLVED, HISTORICAL = "negated", "resolved", "historical"
 HYPOTHETICAL, OTHER_PERSON, QUESTION = "hypothetical", "other_person", "question"
 CURRENT = frozenset({PRESENT, POSSIBLE})
-STATUSES = (PRESENT, POSSIBLE, NEGATED, RESOLVED, HISTORICAL, HYPOTHETICAL, OTHER_PERSON, QUESTION)
 # When cues of several categories reach one mention, the first of these wins.
 PRECEDENCE = (NEGATED, OTHER_PERSON, HYPOTHETICAL, HISTORICAL, RESOLVED, POSSIBLE)
 CATEGORIES = frozenset(PRECEDENCE)

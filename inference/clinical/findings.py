@@ -43,11 +43,6 @@ class Findings:
     def holds(self, ref: ConceptRef) -> bool:
         return any(f.concept == ref.concept and f.status in ref.statuses for f in self.items)
 
-    def current(self) -> list[Finding]:
-        return [f for f in self.items if f.status in CURRENT]
-
-    def first(self, ref: ConceptRef) -> Finding | None:
-        return next((f for f in self.items if f.concept == ref.concept and f.status in ref.statuses), None)
 
 
 def extract_findings(transcript: str, catalogue: Catalogue) -> Findings:

@@ -7,7 +7,7 @@ A sentence embedding barely tells "sats 85" from "sats 97"; decision point D nee
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 _N = r"(\d{1,3}(?:\.\d)?)"
 _GAP = r"(?: (?!\d)[^ .!?;,\n]+){0,5} "  # up to five words that are not numbers, then the reading
@@ -43,7 +43,7 @@ class Vitals:
     glucose_mmol: tuple[float, ...] = ()
     systolic_bp: tuple[float, ...] = ()
     pain_score: tuple[float, ...] = ()
-    quoted: bool = field(default=False)
+    quoted: bool = False
 
     def worst(self, name: str) -> float | None:
         """The most alarming value of a vital: the lowest saturation, pressure or sugar, the highest rate,

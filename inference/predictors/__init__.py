@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from inference.clinical import Catalogue
+    from inference.clinical import Catalogue, Findings
 
     from .embedding import SentenceEncoder
     from .esi import EsiClassifier
@@ -112,7 +112,7 @@ class TriagePredictor:
         return out
 
 
-def describe_findings(findings, catalogue) -> tuple[str, ...]:  # noqa: ANN001 - clinical types, imported lazily
+def describe_findings(findings: Findings, catalogue: Catalogue) -> tuple[str, ...]:
     """Each concept the caller asserted or denied, once, in the catalogue's words: "not breathing",
     "no fever", "possibly: no pulse"."""
     out: dict[str, None] = {}

@@ -17,7 +17,6 @@ import torch
 from torch import nn
 
 N_LEVELS = 5
-DEFAULT_THRESHOLDS = (0.5, 0.5, 0.5, 0.5)
 
 
 class EsiHead(nn.Module):
