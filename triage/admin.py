@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
-from django.http import HttpRequest, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
+from inference.guidance.library import load_library
 from triage.models import ApiClient, AuditEvent, SchedulerSettings, Tier
 from triage.roles import is_admin, is_supervisor
 from triage.services.clients import api_client_create, api_client_deactivate, api_client_rotate
@@ -28,6 +30,15 @@ from triage.services.errors import DomainError
 
 admin.site.site_header = "Triage administration"
 admin.site.site_title = "Triage admin"
+
+
+def protocol_library_view(request: HttpRequest) -> HttpResponse:
+    """The dispatch protocols and their versions, read-only (the library is data, edited in fixtures/guidance/)."""
+    library = load_library()
+    protocols = [library.protocols[i] for i in sorted(library.protocols, key=lambda i: library.protocols[i].title)]
+    context = {**admin.site.each_context(request), "title": "Dispatch protocols", "library": library,
+               "protocols": protocols}
+    return TemplateResponse(request, "admin/triage/protocols.html", context)
 
 
 def _may_configure(request: HttpRequest) -> bool:

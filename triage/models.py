@@ -263,6 +263,17 @@ class TriageAssessment(models.Model):
     )
     findings = models.JSONField(default=list, blank=True, help_text="What the caller said, as clinical findings")
     catalogue_version = models.CharField(max_length=60, blank=True, help_text="Clinical catalogue the verdict used")
+    patient_age = models.FloatField(null=True, blank=True, help_text="The patient's age in years, as read from the call")
+    protocol = models.CharField(
+        max_length=40, blank=True, help_text='Dispatch protocol selected (fixtures/guidance/protocols/), or "unclear"'
+    )
+    protocol_version = models.PositiveSmallIntegerField(null=True, blank=True, help_text="Version of that protocol")
+    protocol_confidence = models.FloatField(null=True, blank=True, help_text="The selector's probability of its top protocol")
+    protocol_likeliest = models.CharField(max_length=40, blank=True, help_text="The top protocol, even when unclear")
+    protocol_runner_up = models.CharField(max_length=40, blank=True)
+    protocol_runner_up_confidence = models.FloatField(null=True, blank=True)
+    protocol_family = models.CharField(max_length=40, blank=True, help_text="Family of the top protocol")
+    protocol_library = models.CharField(max_length=60, blank=True, help_text="Protocol library version the selection used")
 
     override_esi = models.PositiveSmallIntegerField(null=True, blank=True, validators=ESI_VALIDATORS)
     overridden_by = models.ForeignKey(

@@ -5,8 +5,10 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from triage import views
+from triage.admin import protocol_library_view
 
 urlpatterns = [
+    path("admin/protocols/", admin.site.admin_view(protocol_library_view), name="admin-protocols"),
     path("admin/", admin.site.urls),
     path("api/v1/", include("triage.api.urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

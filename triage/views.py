@@ -22,7 +22,7 @@ from django.views.decorators.http import require_GET, require_POST
 from triage.forms import OUTCOME_SUGGESTIONS, CancelForm, CloseForm, OverrideForm, SearchForm
 from triage.models import Call, CallStatus
 from triage.roles import has_any_role, is_dispatcher, is_supervisor
-from triage.selectors.queue import is_live
+from triage.selectors.queue import is_live, protocol_state
 from triage.services.board import CLOSABLE_STATUSES, call_acknowledge, call_close
 from triage.services.calls import call_cancel
 from triage.services.errors import DomainError
@@ -40,6 +40,7 @@ def _call_context(request: HttpRequest, call: Call) -> dict:
     return {
         "call": call,
         "assessment": getattr(call, "assessment", None),  # None when not triaged yet
+        "protocol": protocol_state(getattr(call, "assessment", None)),
         "live": is_live(call),
         "can_act": is_dispatcher(request.user),
         "can_override": call.status not in (CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED),

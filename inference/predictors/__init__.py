@@ -11,6 +11,7 @@ Stable API::
     predictor = load_triage_predictor()          # TRIAGE_PREDICTORS_DIR or <repo>/models/predictors
     [p] = predictor.predict(["he's collapsed and he's not breathing"])
     p.esi, p.decision_point, p.reasons, p.uncertain, p.probabilities, p.predicted_output_tokens
+    p.protocol.protocol, p.protocol.confidence, p.protocol.runner_up    # "choking", 0.93, "allergic_reaction"
     predictor.version, predictor.catalogue.label
 
 Build the models with ``python manage.py train_predictors``.
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from .embedding import SentenceEncoder
     from .esi import EsiClassifier
     from .length import LengthPredictor
+    from .protocol import ProtocolChoice, ProtocolClassifier
 
 __all__ = [
     "ESI_LEVELS",
@@ -58,6 +60,8 @@ class TriagePrediction:
     reasons: tuple[str, ...] = ()  # "B: fever during chemotherapy", "D: SpO2 89% (danger zone < 92%)"
     uncertain: bool = False  # algorithm and model disagree, or the probability mass is split
     findings: tuple[str, ...] = ()  # what the caller said, as findings ("not breathing", "no fever")
+    protocol: ProtocolChoice | None = None  # the dispatch protocol selected, with confidence and runner-up
+    patient_age: float | None = None  # years: stated, else the age group's (the guidance names a child "the child")
 
 
 class TriagePredictor:
@@ -70,12 +74,14 @@ class TriagePredictor:
         encoder: SentenceEncoder,
         esi: EsiClassifier,
         length: LengthPredictor,
+        protocol: ProtocolClassifier,
         catalogue: Catalogue,
         version: str,
     ) -> None:
         self.encoder = encoder
         self.esi = esi
         self.length = length
+        self.protocol = protocol
         self.catalogue = catalogue
         self.version = version
         self._lock = threading.Lock()
@@ -98,16 +104,19 @@ class TriagePredictor:
         clinical = vectorise(active, self.esi.feature_names)
         with self._lock:  # torch modules are not re-entrant across threads sharing one predictor
             embeddings = self.encoder.encode_calls(texts)
-            probabilities = self.esi.probabilities(esi_inputs(embeddings, clinical))
+            inputs = esi_inputs(embeddings, clinical)
+            probabilities = self.esi.probabilities(inputs)
+            protocols = self.protocol.choices(self.protocol.probabilities(inputs))
             tokens = self.length.predict(embeddings)
         levels = self.esi.levels(probabilities)
         out = []
-        for row, level, result, found, n in zip(probabilities.tolist(), levels, results, findings, tokens, strict=True):
+        rows = zip(probabilities.tolist(), levels, results, findings, tokens, protocols, strict=True)
+        for row, level, result, found, n, protocol in rows:
             verdict = judge(row, level, result)
             out.append(TriagePrediction(
                 esi=verdict.esi, probabilities=_five(row), predicted_output_tokens=int(n),
                 decision_point=verdict.decision_point, reasons=verdict.reasons, uncertain=verdict.uncertain,
-                findings=describe_findings(found, self.catalogue),
+                findings=describe_findings(found, self.catalogue), protocol=protocol, patient_age=found.patient.age,
             ))
         return out
 

@@ -15,7 +15,7 @@ from safetensors.torch import load_file, save_file
 
 MANIFEST_NAME = "predictors.json"
 WEIGHTS_NAME = "heads.safetensors"
-FORMAT = 2  # 2: the ESI head reads [embeddings, named clinical features]; no n-gram head
+FORMAT = 3  # 3: the protocol head beside the ESI head, on the same [embeddings, named clinical features]
 
 
 def _prefixed(prefix: str, state: dict[str, Any]) -> dict[str, Any]:
@@ -26,11 +26,12 @@ def _unprefixed(prefix: str, tensors: dict[str, Any]) -> dict[str, Any]:
     return {k[len(prefix) + 1 :]: v for k, v in tensors.items() if k.startswith(prefix + ".")}
 
 
-def write_bundle(directory: Path, *, esi: Any, length: Any, manifest: dict[str, Any]) -> str:
-    """Write both heads and the manifest; returns the bundle version."""
+def write_bundle(directory: Path, *, esi: Any, length: Any, protocol: Any, manifest: dict[str, Any]) -> str:
+    """Write the heads and the manifest; returns the bundle version."""
     directory.mkdir(parents=True, exist_ok=True)
     weights = directory / WEIGHTS_NAME
-    tensors = {**_prefixed("esi", esi.head.state_dict()), **_prefixed("length", length.head.state_dict())}
+    tensors = {**_prefixed("esi", esi.head.state_dict()), **_prefixed("length", length.head.state_dict()),
+               **_prefixed("protocol", protocol.head.state_dict())}
     esi_manifest = {**manifest["esi"], "thresholds": list(esi.thresholds), "clinical_features": list(esi.feature_names)}
     save_file(tensors, weights)
     manifest = {
@@ -38,6 +39,7 @@ def write_bundle(directory: Path, *, esi: Any, length: Any, manifest: dict[str, 
         "format": FORMAT,
         "weights": WEIGHTS_NAME,
         "esi": esi_manifest,
+        "protocol": {**manifest["protocol"], "ids": list(protocol.ids), "threshold": protocol.threshold},
         "length": {
             **manifest["length"],
             "log_mean": length.log_mean,
@@ -63,6 +65,7 @@ def read_bundle(directory: Path):  # -> TriagePredictor (import cycle kept out o
     from .embedding import SentenceEncoder
     from .esi import EsiClassifier, EsiHead
     from .length import LengthHead, LengthPredictor
+    from .protocol import ProtocolClassifier, ProtocolHead
 
     manifest = read_manifest(directory)
     if manifest.get("format") != FORMAT:
@@ -76,11 +79,15 @@ def read_bundle(directory: Path):  # -> TriagePredictor (import cycle kept out o
     names = tuple(esi_cfg["clinical_features"])
     esi_head = EsiHead(manifest["call_feature_dim"] + len(names), esi_cfg["hidden"], esi_cfg["dropout"])
     esi_head.load_state_dict(_unprefixed("esi", tensors))
+    proto_cfg = manifest["protocol"]
+    protocol_head = ProtocolHead(esi_head.net[0].in_features, proto_cfg["hidden"], proto_cfg["dropout"], len(proto_cfg["ids"]))
+    protocol_head.load_state_dict(_unprefixed("protocol", tensors))
     length_head = LengthHead(manifest["call_feature_dim"], len_cfg["hidden"], len_cfg["dropout"])
     length_head.load_state_dict(_unprefixed("length", tensors))
     return TriagePredictor(
         encoder=encoder,
         esi=EsiClassifier(esi_head.eval(), tuple(esi_cfg["thresholds"]), names),
+        protocol=ProtocolClassifier(protocol_head.eval(), tuple(proto_cfg["ids"]), proto_cfg["threshold"]),
         length=LengthPredictor(length_head.eval(), len_cfg["log_mean"], len_cfg["log_std"], len_cfg["max_tokens"]),
         catalogue=load_catalogue(),
         version=manifest["version"],

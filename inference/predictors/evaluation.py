@@ -105,3 +105,26 @@ def objective(metrics: dict[str, Any]) -> float:
     under = max(0.0, metrics["under_triage_rate"] - UNDER_TRIAGE_BUDGET)
     over = max(0.0, metrics["over_triage_rate"] - OVER_TRIAGE_BUDGET)
     return metrics["accuracy"] - 6.0 * under - 1.0 * over - 0.1 * metrics["under_triage_any_level_rate"]
+
+
+def protocol_metrics(
+    true: Sequence[str], chosen: Sequence[str], likeliest: Sequence[str], family_of: dict[str, str]
+) -> dict[str, Any]:
+    """Protocol selection: right (the chosen protocol is the label), unclear, wrong and confident, the likeliest
+    protocol's accuracy, and a confusion table by family (rows: the label's family; columns: the chosen
+    protocol's family, or "unclear")."""
+    n = len(true)
+    right = sum(c == t for c, t in zip(chosen, true, strict=True))
+    unclear = sum(c == "unclear" for c in chosen)
+    families = sorted(set(family_of.values()))
+    table = {f: dict.fromkeys([*families, "unclear"], 0) for f in families}
+    for t, c in zip(true, chosen, strict=True):
+        table[family_of[t]][family_of.get(c, "unclear")] += 1
+    return {
+        "n": n,
+        "right": _ratio(right, n),
+        "unclear": _ratio(unclear, n),
+        "wrong_confident": _ratio(n - right - unclear, n),
+        "likeliest_right": _ratio(sum(a == t for a, t in zip(likeliest, true, strict=True)), n),
+        "by_family": table,
+    }

@@ -13,6 +13,7 @@ from torch import nn
 from .esi import N_LEVELS, EsiHead, decide_levels
 from .evaluation import esi_metrics, objective
 from .length import LengthHead
+from .protocol import UNCLEAR, ProtocolHead, choose
 
 THRESHOLD_GRID = tuple(round(0.1 + 0.05 * i, 2) for i in range(12))  # 0.10 .. 0.65
 
@@ -74,6 +75,33 @@ def fit_esi_head(x: torch.Tensor, esi: torch.Tensor, cfg: HeadConfig, seed: int)
     loss = nn.CrossEntropyLoss(weight=class_weights(labels), label_smoothing=0.05)
     with single_threaded():
         return _fit(model, loss, x, labels, cfg, seed)  # type: ignore[return-value]
+
+
+def fit_protocol_head(x: torch.Tensor, labels: torch.Tensor, n_protocols: int, cfg: HeadConfig, seed: int) -> ProtocolHead:
+    """``labels``: protocol indices. Class weights are the square root of balanced ones: rare protocols count
+    more without the catch-all ("sick_person") being starved."""
+    torch.manual_seed(seed)
+    counts = torch.bincount(labels, minlength=n_protocols).clamp(min=1).float()
+    weights = (counts.sum() / (n_protocols * counts)).sqrt()
+    model = ProtocolHead(x.shape[1], cfg.hidden, cfg.dropout, n_protocols)
+    loss = nn.CrossEntropyLoss(weight=weights, label_smoothing=0.05)
+    with single_threaded():
+        return _fit(model, loss, x, labels, cfg, seed)  # type: ignore[return-value]
+
+
+PROTOCOL_THRESHOLD_GRID = tuple(round(0.05 * i, 2) for i in range(1, 19))  # 0.05 .. 0.90
+WRONG_CONFIDENT_COST = 2.0  # a confident wrong protocol misleads; an unclear one asks the family's questions
+
+
+def tune_protocol_threshold(probabilities: torch.Tensor, true: Sequence[str], ids: Sequence[str]) -> float:
+    """The threshold minimising 2 x (wrong and confident) + unclear over the grid; ties keep the lower."""
+    def cost(threshold: float) -> float:
+        chosen = [choose(row, ids, threshold).protocol for row in probabilities.tolist()]
+        wrong = sum(c not in (t, UNCLEAR) for c, t in zip(chosen, true, strict=True))
+        unclear = sum(c == UNCLEAR for c in chosen)
+        return (WRONG_CONFIDENT_COST * wrong + unclear) / max(1, len(true))
+
+    return min(PROTOCOL_THRESHOLD_GRID, key=lambda t: (cost(t), t))
 
 
 def fit_length_head(x: torch.Tensor, standardised_log_tokens: torch.Tensor, cfg: HeadConfig, seed: int) -> LengthHead:

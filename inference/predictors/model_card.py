@@ -93,6 +93,7 @@ def render_model_card(metrics: dict[str, Any]) -> str:
     ]
     for name, result in evaluation.items():
         lines += [f"### Confusion, {name} set", "", *_confusion(result["esi"]["confusion_matrix"]), ""]
+    lines += _protocol_section(metrics)
     lines += [
         "## Calibration",
         "",
@@ -116,6 +117,42 @@ def render_model_card(metrics: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _protocol_row(name: str, p: dict[str, Any]) -> str:
+    return (f"| {name} | {p['n']} | {_pct(p['right'])} | {_pct(p['unclear'])} | {_pct(p['wrong_confident'])} | "
+            f"{_pct(p['likeliest_right'])} |")
+
+
+def _protocol_section(metrics: dict[str, Any]) -> list[str]:
+    """Protocol selection side by side, and its confusion by family on each evaluation set."""
+    if "protocol_validation" not in metrics:
+        return []
+    evaluation, validation = metrics["evaluation"], metrics["protocol_validation"]
+    lines = [
+        "## Protocol selection, side by side",
+        "",
+        f"Protocol library `{metrics['protocol_library']}` (fixtures/guidance/). The same inputs as the ESI head; "
+        f"below a confidence of {validation['threshold']:.2f} (tuned on {validation['method']}: fewest "
+        "2 x wrong-and-confident + unclear) the selection is `unclear` and the family's key questions are read.",
+        "",
+        "| set | n | right | unclear | wrong and confident | likeliest protocol right |",
+        "|---|---|---|---|---|---|",
+        *[_protocol_row(name, r["protocol"]) for name, r in evaluation.items() if "protocol" in r],
+        _protocol_row("written corpus, out of fold", validation),
+        "",
+        "Targets on the independent set: right >= 90 %, unclear <= 10 %, wrong and confident <= 3 %.",
+        "",
+    ]
+    for name, result in evaluation.items():
+        if "protocol" not in result:
+            continue
+        table = result["protocol"]["by_family"]
+        columns = list(next(iter(table.values())))
+        lines += [f"### Protocol families, {name} set (rows: labelled; columns: selected)", "",
+                  "| | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|",
+                  *(f"| {row} | " + " | ".join(str(table[row][c]) for c in columns) + " |" for row in table), ""]
+    return lines
 
 
 def render_reliability(metrics: dict[str, Any], path: Path) -> None:

@@ -31,18 +31,27 @@ from typing import Any
 import torch
 
 from inference.clinical import AlgorithmResult, Catalogue, load_catalogue
+from inference.guidance.library import load_library
 
 from . import REPO_ROOT, TriagePrediction, TriagePredictor
 from .bundle import read_bundle, write_bundle
 from .clinical_features import assess_calls, feature_names, vectorise
 from .embedding import BUNDLED_MINILM, SentenceEncoder
 from .esi import EsiClassifier, decide_levels, esi_inputs
-from .evaluation import calibration, decision_point_agreement, esi_metrics, length_metrics
-from .fitting import HeadConfig, fit_esi_head, fit_length_head, tune_thresholds
+from .evaluation import calibration, decision_point_agreement, esi_metrics, length_metrics, protocol_metrics
+from .fitting import (
+    HeadConfig,
+    fit_esi_head,
+    fit_length_head,
+    fit_protocol_head,
+    tune_protocol_threshold,
+    tune_thresholds,
+)
 from .judgement import judge
 from .length import LengthPredictor
 from .length_labels import length_labels
 from .model_card import render_model_card, render_reliability
+from .protocol import ProtocolClassifier, choose
 
 DEFAULT_CORPUS = REPO_ROOT / "fixtures" / "calls" / "calls.jsonl"  # the template corpus: output lengths
 WRITTEN_CORPUS = REPO_ROOT / "fixtures" / "calls" / "written"  # the ESI training corpus
@@ -56,6 +65,7 @@ class TrainingConfig:
     name: str
     esi: HeadConfig
     length: HeadConfig
+    protocol: HeadConfig
     seed: int = 20261122
     train_limit: int | None = None  # a stratified subset of the written corpus, for the tiny config
     length_train_limit: int | None = None  # of the template corpus' train split
@@ -71,11 +81,13 @@ FULL = TrainingConfig(
     name="full",
     esi=HeadConfig(hidden=256, dropout=0.3, epochs=60, lr=2e-3, weight_decay=5e-2, batch_size=64),
     length=HeadConfig(hidden=128, dropout=0.1, epochs=40, lr=3e-3, weight_decay=1e-2, batch_size=128),
+    protocol=HeadConfig(hidden=256, dropout=0.3, epochs=60, lr=2e-3, weight_decay=5e-2, batch_size=64),
 )
 TINY = TrainingConfig(
     name="tiny",
     esi=HeadConfig(hidden=128, dropout=0.3, epochs=30, lr=3e-3, weight_decay=5e-2, batch_size=64),
     length=HeadConfig(hidden=64, dropout=0.1, epochs=20, lr=3e-3, weight_decay=1e-2, batch_size=64),
+    protocol=HeadConfig(hidden=128, dropout=0.3, epochs=30, lr=3e-3, weight_decay=5e-2, batch_size=64),
     train_limit=300,
     length_train_limit=300,
     test_limit=120,
@@ -125,6 +137,11 @@ def evaluation_records(corpus: Sequence[Record], config: TrainingConfig) -> list
 def evaluation_set(name: str, config: TrainingConfig, root: Path = EVALUATION_DIR) -> list[Record]:
     """An independently written evaluation set (``independent`` or ``development``), whole for the full config."""
     return stratified_subset(load_corpus(root / name), config.eval_limit, config.seed + 2)
+
+
+def protocol_families() -> dict[str, str]:
+    """Each protocol id's family, from the protocol library (the model card's confusion table groups by it)."""
+    return {p.id: p.family for p in load_library().protocols.values()}
 
 
 def author_folds(records: Sequence[Record]) -> list[int]:
@@ -181,12 +198,12 @@ def judged_levels(
 
 
 def train_esi(
-    encoder: SentenceEncoder, catalogue: Catalogue, train: Sequence[Record], config: TrainingConfig
+    x: torch.Tensor, results: Sequence[AlgorithmResult], names: Sequence[str], train: Sequence[Record],
+    config: TrainingConfig,
 ) -> tuple[EsiClassifier, dict[str, Any]]:
     """Out-of-fold predictions (a fold per author; each fold's head fitted exactly like the shipped one on the
-    other authors) tune the thresholds of the whole judgement; then the shipped head is fitted on all of it."""
-    names = feature_names(catalogue)
-    x, results = esi_features(encoder, catalogue, [r["transcript"] for r in train], names)
+    other authors) tune the thresholds of the whole judgement; then the shipped head is fitted on all of it.
+    ``x``, ``results``: the head's inputs and the algorithm's results for ``train`` (``esi_features``)."""
     y = _esi_tensor(train)
     folds = author_folds(train)
     oof = torch.zeros((len(train), 5), dtype=torch.float64)
@@ -213,6 +230,33 @@ def train_esi(
     return EsiClassifier(head, thresholds, tuple(names)), validation  # type: ignore[arg-type]
 
 
+def train_protocol(
+    x: torch.Tensor, train: Sequence[Record], ids: Sequence[str], family_of: dict[str, str], config: TrainingConfig
+) -> tuple[ProtocolClassifier, dict[str, Any]]:
+    """As the ESI head: out-of-fold predictions (a fold per author) tune the confidence threshold, then the
+    shipped head is fitted on all of it. ``x``: the ESI head's inputs for ``train``."""
+    index = {p: i for i, p in enumerate(ids)}
+    y = torch.tensor([index[r["protocol"]] for r in train])
+    folds = author_folds(train)
+    oof = torch.zeros((len(train), len(ids)), dtype=torch.float64)
+    for k in sorted(set(folds)):
+        fit = [i for i, f in enumerate(folds) if f != k]
+        held = [i for i, f in enumerate(folds) if f == k]
+        fold_head = fit_protocol_head(x[fit], y[fit], len(ids), config.protocol, config.seed)
+        with torch.inference_mode():
+            oof[held] = torch.softmax(fold_head(x[held]), dim=1).double()
+    true = [r["protocol"] for r in train]
+    threshold = tune_protocol_threshold(oof, true, ids)
+    choices = [choose(row, ids, threshold) for row in oof.tolist()]
+    validation = {
+        "method": f"{len(set(folds))}-fold out-of-fold predictions of the written corpus, a fold per author",
+        "threshold": threshold,
+        **protocol_metrics(true, [c.protocol for c in choices], [c.likeliest for c in choices], family_of),
+    }
+    head = fit_protocol_head(x, y, len(ids), config.protocol, config.seed)
+    return ProtocolClassifier(head, tuple(ids), threshold), validation
+
+
 def train_length(
     encoder: SentenceEncoder, train: Sequence[Record], labels: dict[str, int], config: TrainingConfig
 ) -> LengthPredictor:
@@ -227,8 +271,11 @@ def train_length(
 
 
 # ----------------------------------------------------------------------------- evaluation
-def evaluate(predictions: Sequence[TriagePrediction], records: Sequence[Record]) -> dict[str, Any]:
-    """The ESI numbers of one labelled set, from serving-path predictions."""
+def evaluate(
+    predictions: Sequence[TriagePrediction], records: Sequence[Record], family_of: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """The ESI numbers of one labelled set, and the protocol selection's where the set labels protocols, from
+    serving-path predictions."""
     true = [int(r["esi"]) for r in records]
     argmax = [max(range(5), key=lambda k, p=p: p.probabilities[k]) + 1 for p in predictions]
     out = {
@@ -241,6 +288,9 @@ def evaluate(predictions: Sequence[TriagePrediction], records: Sequence[Record])
         out["decision_point"] = decision_point_agreement(
             [r["decision_point"] for r in records], [p.decision_point for p in predictions]
         )
+    if family_of and all(r.get("protocol") in family_of for r in records):
+        out["protocol"] = protocol_metrics([r["protocol"] for r in records], [p.protocol.protocol for p in predictions],
+                                           [p.protocol.likeliest for p in predictions], family_of)
     return out
 
 
@@ -252,14 +302,16 @@ def evaluate_lengths(
     return length_metrics([t for t, _ in labelled], [p for _, p in labelled], baseline_tokens)
 
 
-def evaluate_sets(predictor: TriagePredictor, config: TrainingConfig) -> dict[str, Any]:
+def evaluate_sets(
+    predictor: TriagePredictor, config: TrainingConfig, family_of: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Every independently written evaluation set, through the serving path."""
     out = {}
     for name in EVALUATION_SETS:
         records = evaluation_set(name, config)
         if records:
             out[name] = {"path": str((EVALUATION_DIR / name).relative_to(REPO_ROOT)),
-                         **evaluate(predict_records(predictor, records), records)}
+                         **evaluate(predict_records(predictor, records), records, family_of)}
     return out
 
 
@@ -282,11 +334,16 @@ def train(
         log(f"{config.name}: {len(written)} written calls for ESI, {len(length_train)} template calls for length; "
             "embedding…")
         encoder = SentenceEncoder(config.encoder, max_length=config.max_length, memoise=True)
-        esi, validation = train_esi(encoder, catalogue, written, config)
+        names = feature_names(catalogue)
+        x, results = esi_features(encoder, catalogue, [r["transcript"] for r in written], names)
+        esi, validation = train_esi(x, results, names, written, config)
+        library = load_library()
+        family_of = protocol_families()
+        protocol, protocol_validation = train_protocol(x, written, library.ids, family_of, config)
         labels, label_source = length_labels([*length_train, *template_test], lengths_path, encoder.count_tokens)
         length = train_length(encoder, length_train, labels, config)
-        manifest = _manifest(config, label_source, encoder.dim, catalogue.label)
-        version = write_bundle(out_dir, esi=esi, length=length, manifest=manifest)
+        manifest = _manifest(config, label_source, encoder.dim, catalogue.label, library.label)
+        version = write_bundle(out_dir, esi=esi, length=length, protocol=protocol, manifest=manifest)
         trained_s = time.perf_counter() - started
         log(f"trained {version} in {trained_s:.1f} s; evaluating through the saved bundle…")
         predictor = read_bundle(out_dir)
@@ -300,8 +357,10 @@ def train(
             "length_label_source": label_source,
             "thresholds": list(esi.thresholds),
             "validation": validation,
-            "evaluation": evaluate_sets(predictor, config),
-            "test": {**evaluate(template_predictions, template_test),
+            "protocol_validation": protocol_validation,
+            "protocol_library": library.label,
+            "evaluation": evaluate_sets(predictor, config, family_of),
+            "test": {**evaluate(template_predictions, template_test, family_of),
                      "length": evaluate_lengths(template_predictions, template_test, labels, baseline)},
             "timing": {"train_s": round(trained_s, 1), "total_s": round(time.perf_counter() - started, 1)},
         }
@@ -311,7 +370,9 @@ def train(
     return metrics
 
 
-def _manifest(config: TrainingConfig, label_source: str, embedding_dim: int, catalogue: str) -> dict[str, Any]:
+def _manifest(
+    config: TrainingConfig, label_source: str, embedding_dim: int, catalogue: str, library: str
+) -> dict[str, Any]:
     return {
         "encoder": config.encoder,
         "embedding_dim": embedding_dim,
@@ -321,6 +382,7 @@ def _manifest(config: TrainingConfig, label_source: str, embedding_dim: int, cat
         "config": config.name,
         "catalogue": catalogue,
         "esi": {"hidden": config.esi.hidden, "dropout": config.esi.dropout},
+        "protocol": {"hidden": config.protocol.hidden, "dropout": config.protocol.dropout, "library": library},
         "length": {"hidden": config.length.hidden, "dropout": config.length.dropout, "label_source": label_source},
     }
 

@@ -201,6 +201,17 @@ function reasonsHtml(call) {
   return `<br><small class="reasons">${call.reasons.map(esc).join(" · ")}</small>`;
 }
 
+function protocolHtml(call) {
+  const p = call.protocol;
+  if (!p) return "";
+  const confidence = p.confidence === null ? "" : ` (${Number(p.confidence).toFixed(2)})`;
+  const also = p.runner_up_title ? ` · also: ${esc(p.runner_up_title)}` : "";
+  if (p.unclear) {
+    return `<br><small class="protocol protocol-unclear" title="Below the selector's confidence threshold: the family's key questions are read">Protocol: unclear (${esc(p.family_title)}) · likeliest: ${esc(p.title)}${confidence}${also}</small>`;
+  }
+  return `<br><small class="protocol">Protocol: ${esc(p.title)}${confidence}${also}</small>`;
+}
+
 function rowHtml(call, now) {
   const tier = state.tiers.get(call.tier_id);
   const selected = call.id === state.selectedId;
@@ -209,7 +220,7 @@ function rowHtml(call, now) {
   return `<tr data-id="${call.id}" class="call-row esi-row-${call.level ?? "none"}${selected ? " selected" : ""}"${selected ? " aria-current=\"true\"" : ""}>
     <td>${esiBadge(call)}</td>
     <td><a href="/calls/${call.id}/" data-select="${call.id}">#${call.id}</a><br><small class="muted">${esc(call.external_id)}</small></td>
-    <td class="summary">${esc(call.summary)}${reasonsHtml(call)}${call.location ? `<br><small class="muted">${esc(call.location)}</small>` : ""}</td>
+    <td class="summary">${esc(call.summary)}${protocolHtml(call)}${reasonsHtml(call)}${call.location ? `<br><small class="muted">${esc(call.location)}</small>` : ""}</td>
     <td><span class="status status-${call.status}">${STATUS_LABEL[call.status] || esc(call.status)}</span>${preempt}${ack}</td>
     <td data-timer="${call.id}">${timerHtml(call, now)}</td>
     <td>${tier ? `<span class="swatch" style="background:${esc(tier.colour)}" aria-hidden="true"></span> ${esc(tier.name)}` : "–"}</td>
@@ -318,7 +329,7 @@ function refreshPanelSoon() {
 }
 
 function panelFieldsChanged(a, b) {
-  return a.status !== b.status || a.level !== b.level || a.uncertain !== b.uncertain || a.acknowledged !== b.acknowledged || a.live !== b.live;
+  return a.status !== b.status || a.level !== b.level || a.uncertain !== b.uncertain || JSON.stringify(a.protocol) !== JSON.stringify(b.protocol) || a.acknowledged !== b.acknowledged || a.live !== b.live;
 }
 
 let guidance = null;

@@ -142,3 +142,20 @@ def test_audit_log_is_read_only_with_filters(make_call, supervisor):
     event = AuditEvent.objects.first()
     assert client.get("/admin/triage/auditevent/add/").status_code == 403
     assert client.post(f"/admin/triage/auditevent/{event.pk}/delete/", {"post": "yes"}).status_code == 403
+
+
+def test_the_admin_lists_the_protocols_and_their_versions_read_only(supervisor):
+    from inference.guidance.library import load_library
+
+    library = load_library()
+    client = staff_client(supervisor)
+    assert "/admin/protocols/" in client.get("/admin/").content.decode()
+    html = client.get("/admin/protocols/").content.decode()
+    assert library.label in html
+    assert all(f"<code>{p.id}</code></td><td>{p.version}</td>" in html for p in library.protocols.values())
+    assert "<form" not in html.split('id="protocols"')[1]  # nothing to edit here
+
+
+def test_the_protocol_list_is_for_staff_only(dispatcher):
+    response = Client().get("/admin/protocols/")
+    assert response.status_code == 302 and "/admin/login/" in response["Location"]

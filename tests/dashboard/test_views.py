@@ -213,3 +213,18 @@ def test_the_board_state_carries_the_decision_point_reasons_and_uncertainty(make
     state = call_state(make_call(1, text="My husband has collapsed, he's not breathing and I can't feel a pulse"))
     assert state["decision_point"] == "A" and "A: not breathing or no pulse" in state["reasons"]
     assert state["uncertain"] in (True, False)
+
+
+def test_the_panel_and_board_state_show_the_selected_protocol_with_confidence_and_runner_up(make_call, dispatcher):
+    from triage.selectors.queue import call_state
+
+    call = make_call(1, text="My husband has collapsed, he's not breathing and I can't feel a pulse")
+    assessment = call.assessment
+    protocol = call_state(call)["protocol"]
+    assert protocol["id"] == assessment.protocol and protocol["runner_up"] == assessment.protocol_runner_up
+    assert protocol["confidence"] == assessment.protocol_confidence and protocol["title"] and protocol["runner_up_title"]
+    client = Client()
+    client.force_login(dispatcher)
+    html = client.get(f"/calls/{call.pk}/panel/").content.decode()
+    shown = f"{protocol['title']} ({assessment.protocol_confidence:.2f}) · also: {protocol['runner_up_title']}"
+    assert "<dt>Protocol</dt>" in html and shown in html

@@ -55,6 +55,8 @@ class FixedPrediction:
     reasons: tuple[str, ...] = ("C: fixed for the test",)
     uncertain: bool = False
     findings: tuple[str, ...] = ()
+    protocol: None = None  # no protocol selected: the assessment records none
+    patient_age: float | None = None
 
 
 @pytest.fixture

@@ -24,12 +24,14 @@ def test_model_card_numbers_equal_what_evaluation_recomputes_from_predictions(tr
     records = training.evaluation_set("independent", config)
     with training.deterministic(config.seed, config.threads):
         predictions = training.predict_records(predictor, records)
-    recomputed = training.evaluate(predictions, records)
+    recomputed = training.evaluate(predictions, records, training.protocol_families())
 
     assert recomputed == {k: v for k, v in metrics["evaluation"]["independent"].items() if k != "path"}
     card = (trained_predictors_dir / "MODEL_CARD.md").read_text()
     esi = recomputed["esi"]
     assert f"| {esi['n']} | {esi['accuracy']:.3f} | {100 * esi['under_triage_rate']:.1f}% |" in card
+    protocol = recomputed["protocol"]
+    assert f"| {protocol['n']} | {100 * protocol['right']:.1f}% | {100 * protocol['unclear']:.1f}% |" in card
     assert (trained_predictors_dir / "reliability.png").read_bytes()[:4] == b"\x89PNG"
 
 
@@ -78,6 +80,18 @@ def test_a_cardiac_arrest_call_is_esi_1_at_decision_point_a_with_its_reason(trai
     assert len(prediction.probabilities) == 5
     assert sum(prediction.probabilities) == pytest.approx(1.0, abs=1e-9)
     assert prediction.predicted_output_tokens >= 1
+
+
+def test_a_protocol_below_the_confidence_threshold_is_unclear_with_the_likeliest_kept(trained_predictors_dir):
+    from inference.predictors.protocol import choose
+
+    ids = ("cardiac_arrest", "choking", "fall")
+    confident = choose([0.7, 0.2, 0.1], ids, threshold=0.5)
+    assert (confident.protocol, confident.runner_up, confident.confidence) == ("cardiac_arrest", "choking", 0.7)
+    unsure = choose([0.3, 0.45, 0.25], ids, threshold=0.5)
+    assert (unsure.protocol, unsure.likeliest, unsure.runner_up) == ("unclear", "choking", "cardiac_arrest")
+    [prediction] = load_triage_predictor().predict([ARREST])
+    assert prediction.protocol.likeliest in training.protocol_families()
 
 
 def test_predict_keeps_input_order_and_accepts_an_empty_batch(trained_predictors_dir):

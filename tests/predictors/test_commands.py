@@ -32,8 +32,12 @@ def test_classify_prints_one_json_line_per_input_without_database_access(trained
     assert [r["id"] for r in rows] == ["a", 7]
     assert (rows[0]["esi"], rows[0]["decision_point"]) == (1, "A")
     for row in rows:
-        assert set(row) == {"id", "esi", "decision_point", "reasons", "uncertain", "findings", "probabilities",
-                            "predicted_output_tokens"}
+        assert set(row) == {"id", "esi", "decision_point", "reasons", "uncertain", "findings", "protocol",
+                            "probabilities", "predicted_output_tokens"}
+        protocol = row["protocol"]
+        assert {"id", "version", "confidence", "runner_up"} <= set(protocol)
+        assert protocol["runner_up"] != protocol["likeliest"] and 0 < protocol["confidence"] <= 1
+        assert (protocol["version"] is None) == (protocol["id"] == "unclear")
         assert row["esi"] in range(1, 6) and len(row["probabilities"]) == 5
         assert row["decision_point"] in "ABCD" and row["reasons"] and isinstance(row["uncertain"], bool)
         assert all(r.startswith(f"{r[0]}: ") for r in row["reasons"])

@@ -83,6 +83,19 @@ class ApiView(APIView):
         return call
 
 
+class ProtocolSelectionOutputSerializer(serializers.Serializer):
+    """The dispatch protocol the guidance follows ("unclear": the family's key questions are read)."""
+
+    id = serializers.CharField(source="protocol", help_text='A protocol id of the library, or "unclear"')
+    version = serializers.IntegerField(source="protocol_version", allow_null=True)
+    confidence = serializers.FloatField(source="protocol_confidence", allow_null=True)
+    likeliest = serializers.CharField(source="protocol_likeliest", help_text="The top protocol, even when unclear")
+    runner_up = serializers.CharField(source="protocol_runner_up")
+    runner_up_confidence = serializers.FloatField(source="protocol_runner_up_confidence", allow_null=True)
+    family = serializers.CharField(source="protocol_family")
+    library = serializers.CharField(source="protocol_library", help_text="Protocol library version")
+
+
 class AssessmentOutputSerializer(serializers.Serializer):
     predicted_esi = serializers.IntegerField()
     probabilities = serializers.ListField(child=serializers.FloatField(), min_length=5, max_length=5)
@@ -98,6 +111,7 @@ class AssessmentOutputSerializer(serializers.Serializer):
     uncertain = serializers.BooleanField(help_text="Algorithm and model disagree or the probability is split")
     findings = serializers.ListField(child=serializers.CharField(), help_text="What the caller said, as findings")
     catalogue_version = serializers.CharField(allow_blank=True)
+    protocol = ProtocolSelectionOutputSerializer(source="*", help_text="The dispatch protocol selected for the call")
     override_esi = serializers.IntegerField(allow_null=True)
     override_reason = serializers.CharField(allow_blank=True)
     override_disputed_reason = serializers.CharField(allow_blank=True)

@@ -16,7 +16,16 @@ from collections.abc import Iterable, Sequence
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from triage.models import ACTIVE_STATUSES, AuditEvent, Call, CallStatus, SchedulerSettings, Tier
+from inference.guidance.library import UNCLEAR, load_library
+from triage.models import (
+    ACTIVE_STATUSES,
+    AuditEvent,
+    Call,
+    CallStatus,
+    SchedulerSettings,
+    Tier,
+    TriageAssessment,
+)
 
 METRICS_WINDOW_S = 600  # the sliding window for waiting-time percentiles and SLO attainment
 PREEMPTION_WINDOW_S = 60
@@ -41,6 +50,29 @@ def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
+def protocol_state(assessment: TriageAssessment | None) -> dict | None:
+    """The protocol selection as dispatchers read it: titles from the library, confidence, runner-up."""
+    if assessment is None or not assessment.protocol:
+        return None
+    library = load_library()
+
+    def title(protocol_id: str) -> str:
+        chosen = library.protocols.get(protocol_id)
+        return chosen.title if chosen else protocol_id.replace("_", " ").capitalize()
+
+    family = library.families.get(assessment.protocol_family)
+    return {
+        "id": assessment.protocol,
+        "version": assessment.protocol_version,
+        "unclear": assessment.protocol == UNCLEAR,
+        "title": title(assessment.protocol_likeliest or assessment.protocol),
+        "confidence": assessment.protocol_confidence,
+        "runner_up": assessment.protocol_runner_up,
+        "runner_up_title": title(assessment.protocol_runner_up) if assessment.protocol_runner_up else "",
+        "family_title": family.title if family else "",
+    }
+
+
 def call_state(call: Call) -> dict:
     """One call as the board shows it (the ``call`` payload of snapshots and ``call.updated``)."""
     assessment = getattr(call, "assessment", None)  # the reverse one-to-one's error is an AttributeError
@@ -58,6 +90,7 @@ def call_state(call: Call) -> dict:
         "decision_point": assessment.decision_point if assessment else None,
         "reasons": list(assessment.reasons) if assessment else [],
         "uncertain": bool(assessment and assessment.uncertain),
+        "protocol": protocol_state(assessment),
         "tier_id": call.tier_id,
         "preemption_count": call.preemption_count,
         "output_tokens": call.output_tokens,

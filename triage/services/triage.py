@@ -23,7 +23,9 @@ import redis
 from django.db import transaction
 from django.utils import timezone
 
+from inference.guidance.library import ProtocolLibrary, load_library
 from inference.guidance_corpus import guidance_prompt as llm_guidance_prompt
+from inference.predictors.protocol import ProtocolChoice
 from triage.models import AuditEvent, Call, CallStatus, DecisionPoint, Tier, TriageAssessment
 from triage.realtime import call_changed_on_commit
 from triage.streams import stream_append_many
@@ -49,6 +51,8 @@ class Prediction(Protocol):
     reasons: Sequence[str]
     uncertain: bool
     findings: Sequence[str]
+    protocol: ProtocolChoice | None
+    patient_age: float | None
 
 
 def tier_for_level(level: int, tiers: Iterable[Tier] | None = None) -> Tier | None:
@@ -100,13 +104,14 @@ def calls_triage_record(
         locked = list(Call.objects.select_for_update().filter(pk__in=by_id).order_by("pk"))
         now = timezone.now()
         assessments, audits, changed = [], [], {"level", "tier"}
+        library = load_library()
         for call in locked:
             prediction = by_id[call.pk]
             _check_prediction(call, prediction)
             changed.update(apply_transition(call, CallStatus.TRIAGED, now=now))
             call.level = prediction.esi
             call.tier = tier_for_level(prediction.esi, tiers)
-            assessments.append(_assessment(call, prediction, model_version, latency_ms, catalogue_version))
+            assessments.append(_assessment(call, prediction, model_version, latency_ms, catalogue_version, library))
             audits.append(_triaged_audit(call, prediction, model_version, catalogue_version, actor))
             call_changed_on_commit(call.pk)
         TriageAssessment.objects.bulk_create(assessments)
@@ -118,9 +123,12 @@ def calls_triage_record(
 
 
 def _assessment(
-    call: Call, prediction: Prediction, model_version: str, latency_ms: float, catalogue_version: str
+    call: Call, prediction: Prediction, model_version: str, latency_ms: float, catalogue_version: str,
+    library: ProtocolLibrary,
 ) -> TriageAssessment:
     return TriageAssessment(
+        **_protocol_fields(prediction.protocol, library),
+        patient_age=prediction.patient_age,
         call=call,
         predicted_esi=prediction.esi,
         probabilities=[round(float(p), 6) for p in prediction.probabilities],
@@ -133,6 +141,20 @@ def _assessment(
         findings=[str(f) for f in prediction.findings],
         catalogue_version=catalogue_version,
     )
+
+
+def _protocol_fields(choice: ProtocolChoice | None, library: ProtocolLibrary) -> dict:
+    """The selection as stored: the protocol's version and family from the library the guidance will read."""
+    if choice is None:
+        return {}
+    chosen = library.protocols.get(choice.protocol)
+    likeliest = library.protocols.get(choice.likeliest)
+    return {
+        "protocol": choice.protocol, "protocol_version": chosen.version if chosen else None,
+        "protocol_confidence": round(choice.confidence, 4), "protocol_likeliest": choice.likeliest,
+        "protocol_runner_up": choice.runner_up, "protocol_runner_up_confidence": round(choice.runner_up_confidence, 4),
+        "protocol_family": likeliest.family if likeliest else "unknown", "protocol_library": library.label,
+    }
 
 
 def _triaged_audit(
@@ -148,6 +170,8 @@ def _triaged_audit(
             "esi": prediction.esi, "decision_point": prediction.decision_point,
             "reasons": [str(r) for r in prediction.reasons], "uncertain": bool(prediction.uncertain),
             "model_version": model_version, "catalogue_version": catalogue_version,
+            "protocol": prediction.protocol.protocol if prediction.protocol else None,
+            "protocol_confidence": round(prediction.protocol.confidence, 4) if prediction.protocol else None,
         },
     )
 

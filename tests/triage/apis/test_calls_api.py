@@ -41,6 +41,9 @@ def test_get_returns_the_call_with_its_assessment(redis_conn, api, triaged_call)
     assert body["assessment"]["decision_point"] == "A"
     assert "A: not breathing or no pulse" in body["assessment"]["reasons"]
     assert isinstance(body["assessment"]["uncertain"], bool) and body["assessment"]["catalogue_version"]
+    protocol = body["assessment"]["protocol"]
+    assert protocol["id"] == triaged_call.assessment.protocol and protocol["library"]
+    assert protocol["runner_up"] and protocol["runner_up"] != protocol["likeliest"] and 0 < protocol["confidence"] <= 1
 
 
 def test_get_of_an_unknown_call_is_404_in_the_error_shape(redis_conn, api):

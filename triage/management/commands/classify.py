@@ -32,10 +32,21 @@ def parse_lines(lines: Iterable[str], source: str) -> list[tuple[Any, str]]:
     return calls
 
 
+def protocol_json(choice: Any, library: Any) -> dict[str, Any] | None:
+    """The selection as ``classify`` prints it: the protocol's library version, confidence and runner-up."""
+    if choice is None:
+        return None
+    chosen = library.protocols.get(choice.protocol)
+    return {"id": choice.protocol, "version": chosen.version if chosen else None,
+            "confidence": round(choice.confidence, 4), "runner_up": choice.runner_up,
+            "likeliest": choice.likeliest}
+
+
 class Command(BaseCommand):
     help = (
-        'Print {"id", "esi", "decision_point", "reasons", "uncertain", "findings", "probabilities", '
-        '"predicted_output_tokens"} per line of a JSONL file ("-": stdin).'
+        'Print {"id", "esi", "decision_point", "reasons", "uncertain", "findings", "protocol", "probabilities", '
+        '"predicted_output_tokens"} per line of a JSONL file ("-": stdin); "protocol" is {"id", "version", '
+        '"confidence", "runner_up"}, id "unclear" below the selector\'s confidence threshold.'
     )
     requires_system_checks: list[str] = []  # never touches the database
 
@@ -44,6 +55,7 @@ class Command(BaseCommand):
         parser.add_argument("--predictors", type=Path, help="trained bundle (default: TRIAGE_PREDICTORS_DIR)")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        from inference.guidance.library import load_library
         from inference.predictors import PredictorsNotBuilt, load_triage_predictor
 
         calls = self._read(options["file"])
@@ -56,6 +68,7 @@ class Command(BaseCommand):
             predictor = load_triage_predictor(directory)
         except PredictorsNotBuilt as error:
             raise CommandError(str(error)) from error
+        library = load_library()
         for start in range(0, len(calls), CHUNK):
             chunk = calls[start : start + CHUNK]
             for (call_id, _), p in zip(chunk, predictor.predict([t for _, t in chunk]), strict=True):
@@ -66,6 +79,7 @@ class Command(BaseCommand):
                     "reasons": list(p.reasons),
                     "uncertain": p.uncertain,
                     "findings": list(p.findings),
+                    "protocol": protocol_json(p.protocol, library),
                     "probabilities": list(p.probabilities),
                     "predicted_output_tokens": p.predicted_output_tokens,
                 }))

@@ -59,6 +59,12 @@ class Command(BaseCommand):
                 f"{name} set: exact {esi['accuracy']:.3f}, under-triage {esi['under_triage_rate']:.1%}, "
                 f"over-triage {esi['over_triage_rate']:.1%}, ESI-1 recall {esi['per_level']['1']['recall']:.3f} (n={esi['n']})"
             )
+            if "protocol" in result:
+                p = result["protocol"]
+                self.stdout.write(
+                    f"{name} set protocol: right {p['right']:.1%}, unclear {p['unclear']:.1%}, "
+                    f"wrong and confident {p['wrong_confident']:.1%}"
+                )
         self.stdout.write(
             f"length MAE {metrics['test']['length']['mae_tokens']:.1f} tokens ({metrics['length_label_source']}); "
             f"trained in {metrics['timing']['train_s']} s"
