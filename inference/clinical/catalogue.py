@@ -7,17 +7,15 @@ cited in catalogue.yaml, a phrase that does not parse. Each error names the file
 
 from __future__ import annotations
 
-import hashlib
 import operator
 import os
 import re
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from inference.data_files import ContentCache, check_keys, parse_yaml
 
 from .context import CATEGORIES, DIRECTIONS, ContextRules, Cue
 from .lexicon import Lexicon, PhraseError, compile_phrase
@@ -147,52 +145,20 @@ def default_catalogue_dir() -> Path:
     return Path(os.environ.get("TRIAGE_CLINICAL_DIR", REPO_ROOT / "fixtures" / "clinical"))
 
 
-_cache: dict[tuple[Path, str], Catalogue] = {}
-_by_stamp: dict[tuple, Catalogue] = {}
-_lock = threading.Lock()
 FILES = ("catalogue.yaml", "concepts.yaml", "context.yaml", "high_risk.yaml", "resources.yaml", "vitals.yaml")
+_cache: ContentCache[Catalogue] = ContentCache(
+    lambda path: CatalogueError(f"{path}: missing (the catalogue needs {', '.join(FILES)})")
+)
 
 
 def load_catalogue(directory: str | Path | None = None) -> Catalogue:
     """The catalogue in ``directory`` (default: TRIAGE_CLINICAL_DIR or fixtures/clinical), parsed once per
     content: an edited file is picked up by the next call."""
-    root = Path(directory) if directory is not None else default_catalogue_dir()
-    stamp = _stamp(root)
-    with _lock:
-        if stamp is not None and stamp in _by_stamp:
-            return _by_stamp[stamp]
-    texts = {}
-    for name in FILES:
-        path = root / name
-        if not path.is_file():
-            raise CatalogueError(f"{path}: missing (the catalogue needs {', '.join(FILES)})")
-        texts[name] = path.read_text(encoding="utf-8")
-    digest = hashlib.sha256("\0".join(texts[n] for n in FILES).encode()).hexdigest()
-    with _lock:
-        key = (root.resolve(), digest)
-        if key not in _cache:
-            _cache[key] = _parse(texts, digest)
-        if stamp is not None:
-            _by_stamp[stamp] = _cache[key]
-        return _cache[key]
-
-
-def _stamp(root: Path) -> tuple | None:
-    """The files' sizes and modification times: unchanged files need not be read and hashed again."""
-    try:
-        return (str(root.resolve()), *((p.stat().st_mtime_ns, p.stat().st_size) for p in (root / n for n in FILES)))
-    except OSError:
-        return None
+    return _cache.load(Path(directory) if directory is not None else default_catalogue_dir(), FILES, _parse)
 
 
 def _yaml(name: str, text: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise CatalogueError(f"{name}: not valid YAML ({error})") from error
-    if not isinstance(data, dict):
-        raise CatalogueError(f"{name}: expected a mapping at the top")
-    return data
+    return parse_yaml(name, text, CatalogueError)
 
 
 def _parse(texts: dict[str, str], digest: str) -> Catalogue:
@@ -210,14 +176,7 @@ def _parse(texts: dict[str, str], digest: str) -> Catalogue:
 
 
 def _keys(where: str, entry: Mapping[str, Any], allowed: set[str], required: set[str] = frozenset()) -> None:
-    if not isinstance(entry, Mapping):
-        raise CatalogueError(f"{where}: expected a mapping, got {type(entry).__name__}")
-    unknown = set(entry) - allowed
-    if unknown:
-        raise CatalogueError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
-    missing = required - set(entry)
-    if missing:
-        raise CatalogueError(f"{where}: missing key(s) {', '.join(sorted(missing))}")
+    check_keys(where, entry, allowed, required, error=CatalogueError)
 
 
 def _concepts(data: dict[str, Any]) -> dict[str, Concept]:

@@ -11,16 +11,14 @@ baby"), and the guard accepts any of those fills.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
-import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
+from inference.data_files import ContentCache, check_keys, parse_yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ESI_LEVELS = (1, 2, 3, 4, 5)
@@ -97,34 +95,24 @@ class ProtocolLibrary:
     def ids(self) -> tuple[str, ...]:
         return tuple(sorted(self.protocols))
 
+    def version_of(self, protocol_id: str) -> int | None:
+        """The protocol's version; None for "unclear" or an id this library does not hold."""
+        protocol = self.protocols.get(protocol_id)
+        return protocol.version if protocol else None
+
 
 def default_library_dir() -> Path:
     return Path(os.environ.get("TRIAGE_PROTOCOLS_DIR", REPO_ROOT / "fixtures" / "guidance"))
 
 
-_cache: dict[tuple[Path, str], ProtocolLibrary] = {}
-_by_stamp: dict[tuple, ProtocolLibrary] = {}
-_lock = threading.Lock()
+_cache: ContentCache[ProtocolLibrary] = ContentCache(lambda path: ProtocolLibraryError(f"{path}: missing"))
 
 
 def load_library(directory: str | Path | None = None) -> ProtocolLibrary:
     """The library in ``directory`` (default: TRIAGE_PROTOCOLS_DIR or fixtures/guidance), parsed once per
     content: an edited file is picked up by the next call."""
     root = Path(directory) if directory is not None else default_library_dir()
-    files = _files(root)
-    stamp = _stamp(root, files)
-    with _lock:
-        if stamp is not None and stamp in _by_stamp:
-            return _by_stamp[stamp]
-    texts = {name: (root / name).read_text(encoding="utf-8") for name in files}
-    digest = hashlib.sha256("\0".join(f"{n}\0{texts[n]}" for n in files).encode()).hexdigest()
-    with _lock:
-        key = (root.resolve(), digest)
-        if key not in _cache:
-            _cache[key] = _parse(texts, digest)
-        if stamp is not None:
-            _by_stamp[stamp] = _cache[key]
-        return _cache[key]
+    return _cache.load(root, _files(root), _parse)
 
 
 def _files(root: Path) -> list[str]:
@@ -134,13 +122,6 @@ def _files(root: Path) -> list[str]:
     if not protocols:
         raise ProtocolLibraryError(f"{root / 'protocols'}: no protocol files")
     return ["library.yaml", *(f"protocols/{name}" for name in protocols)]
-
-
-def _stamp(root: Path, files: Sequence[str]) -> tuple | None:
-    try:
-        return (str(root.resolve()), *((p.stat().st_mtime_ns, p.stat().st_size) for p in (root / n for n in files)))
-    except OSError:
-        return None
 
 
 def _parse(texts: dict[str, str], digest: str) -> ProtocolLibrary:
@@ -234,24 +215,11 @@ def _sentence(where: str, text: Any) -> str:
 
 
 def _yaml(name: str, text: str) -> dict[str, Any]:
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as error:
-        raise ProtocolLibraryError(f"{name}: not valid YAML ({error})") from error
-    if not isinstance(data, dict):
-        raise ProtocolLibraryError(f"{name}: expected a mapping at the top")
-    return data
+    return parse_yaml(name, text, ProtocolLibraryError)
 
 
 def _keys(where: str, entry: Any, allowed: set[str], required: set[str]) -> None:
-    if not isinstance(entry, Mapping):
-        raise ProtocolLibraryError(f"{where}: expected a mapping, got {type(entry).__name__}")
-    unknown = set(entry) - allowed
-    if unknown:
-        raise ProtocolLibraryError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
-    missing = required - set(entry)
-    if missing:
-        raise ProtocolLibraryError(f"{where}: missing key(s) {', '.join(sorted(missing))}")
+    check_keys(where, entry, allowed, required, error=ProtocolLibraryError)
 
 
 def patient_words(age_years: float | None) -> str:

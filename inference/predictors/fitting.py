@@ -1,4 +1,4 @@
-"""Seeded fitting of the two heads and tuning of the ESI decision thresholds."""
+"""Seeded fitting of the heads (ESI, protocol, length), out-of-fold predictions, and tuning of their decision thresholds."""
 
 from __future__ import annotations
 
@@ -6,14 +6,15 @@ import contextlib
 import itertools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
 from .esi import N_LEVELS, EsiHead, decide_levels
-from .evaluation import esi_metrics, objective
+from .evaluation import esi_metrics, objective, protocol_metrics
 from .length import LengthHead
-from .protocol import UNCLEAR, ProtocolHead, choose
+from .protocol import UNCLEAR, ProtocolClassifier, ProtocolHead, choose
 
 THRESHOLD_GRID = tuple(round(0.1 + 0.05 * i, 2) for i in range(12))  # 0.10 .. 0.65
 
@@ -134,3 +135,43 @@ def tune_thresholds(
             if s > best + 1e-12 or (abs(s - best) <= 1e-12 and value < thresholds[k]):
                 best, thresholds = s, candidate
     return tuple(thresholds)
+
+
+def out_of_fold(
+    x: torch.Tensor, y: torch.Tensor, folds: Sequence[int], n_classes: int,
+    fit: Callable[[torch.Tensor, torch.Tensor], torch.nn.Module],
+) -> torch.Tensor:
+    """Class probabilities of every row from a head fitted (by ``fit``, exactly like the shipped one) on the
+    other folds."""
+    oof = torch.zeros((len(y), n_classes), dtype=torch.float64)
+    for k in sorted(set(folds)):
+        rows = [i for i, f in enumerate(folds) if f != k]
+        held = [i for i, f in enumerate(folds) if f == k]
+        head = fit(x[rows], y[rows])
+        with torch.inference_mode():
+            oof[held] = torch.softmax(head(x[held]), dim=1).double()
+    return oof
+
+
+def oof_method(folds: Sequence[int]) -> str:
+    return f"{len(set(folds))}-fold out-of-fold predictions of the written corpus, a fold per author"
+
+
+def train_protocol(
+    x: torch.Tensor, true: Sequence[str], folds: Sequence[int], ids: Sequence[str], family_of: dict[str, str],
+    cfg: HeadConfig, seed: int,
+) -> tuple[ProtocolClassifier, dict[str, Any]]:
+    """As the ESI head: out-of-fold predictions (``folds``: one per author) tune the confidence threshold, then
+    the shipped head is fitted on all of it. ``x``: the ESI head's inputs; ``true``: the labelled protocols."""
+    index = {p: i for i, p in enumerate(ids)}
+    y = torch.tensor([index[p] for p in true])
+    oof = out_of_fold(x, y, folds, len(ids), lambda xs, ys: fit_protocol_head(xs, ys, len(ids), cfg, seed))
+    threshold = tune_protocol_threshold(oof, true, ids)
+    choices = [choose(row, ids, threshold) for row in oof.tolist()]
+    validation = {
+        "method": oof_method(folds),
+        "threshold": threshold,
+        **protocol_metrics(true, [c.protocol for c in choices], [c.likeliest for c in choices], family_of),
+    }
+    head = fit_protocol_head(x, y, len(ids), cfg, seed)
+    return ProtocolClassifier(head, tuple(ids), threshold), validation

@@ -43,15 +43,15 @@ from .fitting import (
     HeadConfig,
     fit_esi_head,
     fit_length_head,
-    fit_protocol_head,
-    tune_protocol_threshold,
+    oof_method,
+    out_of_fold,
+    train_protocol,
     tune_thresholds,
 )
 from .judgement import judge
 from .length import LengthPredictor
 from .length_labels import length_labels
 from .model_card import render_model_card, render_reliability
-from .protocol import ProtocolClassifier, choose
 
 DEFAULT_CORPUS = REPO_ROOT / "fixtures" / "calls" / "calls.jsonl"  # the template corpus: output lengths
 WRITTEN_CORPUS = REPO_ROOT / "fixtures" / "calls" / "written"  # the ESI training corpus
@@ -206,18 +206,12 @@ def train_esi(
     ``x``, ``results``: the head's inputs and the algorithm's results for ``train`` (``esi_features``)."""
     y = _esi_tensor(train)
     folds = author_folds(train)
-    oof = torch.zeros((len(train), 5), dtype=torch.float64)
-    for k in sorted(set(folds)):
-        fit = [i for i, f in enumerate(folds) if f != k]
-        held = [i for i, f in enumerate(folds) if f == k]
-        fold_head = fit_esi_head(x[fit], y[fit], config.esi, config.seed)
-        with torch.inference_mode():
-            oof[held] = torch.softmax(fold_head(x[held]), dim=1).double()
+    oof = out_of_fold(x, y, folds, 5, lambda xs, ys: fit_esi_head(xs, ys, config.esi, config.seed))
     true = y.tolist()
     thresholds = tune_thresholds(oof, true, decide=lambda t: judged_levels(oof, t, results))
     algorithm = [r.level for r in results]
     validation = {
-        "method": f"{len(set(folds))}-fold out-of-fold predictions of the written corpus, a fold per author",
+        "method": oof_method(folds),
         "folds": len(set(folds)),
         "n_validation": len(train),
         "tuned": esi_metrics(true, judged_levels(oof, thresholds, results)),
@@ -228,33 +222,6 @@ def train_esi(
     }
     head = fit_esi_head(x, y, config.esi, config.seed)
     return EsiClassifier(head, thresholds, tuple(names)), validation  # type: ignore[arg-type]
-
-
-def train_protocol(
-    x: torch.Tensor, train: Sequence[Record], ids: Sequence[str], family_of: dict[str, str], config: TrainingConfig
-) -> tuple[ProtocolClassifier, dict[str, Any]]:
-    """As the ESI head: out-of-fold predictions (a fold per author) tune the confidence threshold, then the
-    shipped head is fitted on all of it. ``x``: the ESI head's inputs for ``train``."""
-    index = {p: i for i, p in enumerate(ids)}
-    y = torch.tensor([index[r["protocol"]] for r in train])
-    folds = author_folds(train)
-    oof = torch.zeros((len(train), len(ids)), dtype=torch.float64)
-    for k in sorted(set(folds)):
-        fit = [i for i, f in enumerate(folds) if f != k]
-        held = [i for i, f in enumerate(folds) if f == k]
-        fold_head = fit_protocol_head(x[fit], y[fit], len(ids), config.protocol, config.seed)
-        with torch.inference_mode():
-            oof[held] = torch.softmax(fold_head(x[held]), dim=1).double()
-    true = [r["protocol"] for r in train]
-    threshold = tune_protocol_threshold(oof, true, ids)
-    choices = [choose(row, ids, threshold) for row in oof.tolist()]
-    validation = {
-        "method": f"{len(set(folds))}-fold out-of-fold predictions of the written corpus, a fold per author",
-        "threshold": threshold,
-        **protocol_metrics(true, [c.protocol for c in choices], [c.likeliest for c in choices], family_of),
-    }
-    head = fit_protocol_head(x, y, len(ids), config.protocol, config.seed)
-    return ProtocolClassifier(head, tuple(ids), threshold), validation
 
 
 def train_length(
@@ -339,7 +306,10 @@ def train(
         esi, validation = train_esi(x, results, names, written, config)
         library = load_library()
         family_of = protocol_families()
-        protocol, protocol_validation = train_protocol(x, written, library.ids, family_of, config)
+        protocol, protocol_validation = train_protocol(
+            x, [r["protocol"] for r in written], author_folds(written), library.ids, family_of,
+            config.protocol, config.seed,
+        )
         labels, label_source = length_labels([*length_train, *template_test], lengths_path, encoder.count_tokens)
         length = train_length(encoder, length_train, labels, config)
         manifest = _manifest(config, label_source, encoder.dim, catalogue.label, library.label)

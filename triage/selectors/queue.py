@@ -16,7 +16,7 @@ from collections.abc import Iterable, Sequence
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from inference.guidance.library import UNCLEAR, load_library
+from inference.guidance.library import UNCLEAR, ProtocolLibrary, load_library
 from triage.models import (
     ACTIVE_STATUSES,
     AuditEvent,
@@ -50,11 +50,11 @@ def _iso(value: dt.datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def protocol_state(assessment: TriageAssessment | None) -> dict | None:
+def protocol_state(assessment: TriageAssessment | None, library: ProtocolLibrary | None = None) -> dict | None:
     """The protocol selection as dispatchers read it: titles from the library, confidence, runner-up."""
     if assessment is None or not assessment.protocol:
         return None
-    library = load_library()
+    library = library or load_library()
 
     def title(protocol_id: str) -> str:
         chosen = library.protocols.get(protocol_id)
@@ -73,8 +73,9 @@ def protocol_state(assessment: TriageAssessment | None) -> dict | None:
     }
 
 
-def call_state(call: Call) -> dict:
-    """One call as the board shows it (the ``call`` payload of snapshots and ``call.updated``)."""
+def call_state(call: Call, library: ProtocolLibrary | None = None) -> dict:
+    """One call as the board shows it (the ``call`` payload of snapshots and ``call.updated``); ``call_states``
+    passes the protocol library loaded once for the whole batch."""
     assessment = getattr(call, "assessment", None)  # the reverse one-to-one's error is an AttributeError
     summary = " ".join(call.transcript.split())
     if len(summary) > SUMMARY_CHARS:
@@ -90,7 +91,7 @@ def call_state(call: Call) -> dict:
         "decision_point": assessment.decision_point if assessment else None,
         "reasons": list(assessment.reasons) if assessment else [],
         "uncertain": bool(assessment and assessment.uncertain),
-        "protocol": protocol_state(assessment),
+        "protocol": protocol_state(assessment, library),
         "tier_id": call.tier_id,
         "preemption_count": call.preemption_count,
         "output_tokens": call.output_tokens,
@@ -107,7 +108,8 @@ def call_state(call: Call) -> dict:
 def call_states(call_ids: Iterable[int]) -> dict[int, dict]:
     """``call_state`` for each existing call among ``call_ids`` (missing ids are simply absent)."""
     calls = Call.objects.filter(pk__in=list(call_ids)).select_related("tier", "assessment", "acknowledged_by")
-    return {c.pk: call_state(c) for c in calls}
+    library = load_library()
+    return {c.pk: call_state(c, library) for c in calls}
 
 
 def tier_state(tier: Tier) -> dict:
@@ -160,7 +162,8 @@ def queue_snapshot(*, with_metrics: bool = True) -> dict:
     now = timezone.now()
     tiers = {t.pk: tier_state(t) for t in Tier.objects.all()}
     aging_enabled = SchedulerSettings.load().aging_enabled
-    rows = [call_state(c) for c in live_calls()]
+    library = load_library()
+    rows = [call_state(c, library) for c in live_calls()]
     snapshot = {
         "server_time": now.isoformat(),
         "calls": sort_calls(rows, tiers, now_s=now.timestamp(), aging_enabled=aging_enabled),

@@ -147,10 +147,9 @@ def _protocol_fields(choice: ProtocolChoice | None, library: ProtocolLibrary) ->
     """The selection as stored: the protocol's version and family from the library the guidance will read."""
     if choice is None:
         return {}
-    chosen = library.protocols.get(choice.protocol)
     likeliest = library.protocols.get(choice.likeliest)
     return {
-        "protocol": choice.protocol, "protocol_version": chosen.version if chosen else None,
+        "protocol": choice.protocol, "protocol_version": library.version_of(choice.protocol),
         "protocol_confidence": round(choice.confidence, 4), "protocol_likeliest": choice.likeliest,
         "protocol_runner_up": choice.runner_up, "protocol_runner_up_confidence": round(choice.runner_up_confidence, 4),
         "protocol_family": likeliest.family if likeliest else "unknown", "protocol_library": library.label,

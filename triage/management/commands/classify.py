@@ -36,8 +36,7 @@ def protocol_json(choice: Any, library: Any) -> dict[str, Any] | None:
     """The selection as ``classify`` prints it: the protocol's library version, confidence and runner-up."""
     if choice is None:
         return None
-    chosen = library.protocols.get(choice.protocol)
-    return {"id": choice.protocol, "version": chosen.version if chosen else None,
+    return {"id": choice.protocol, "version": library.version_of(choice.protocol),
             "confidence": round(choice.confidence, 4), "runner_up": choice.runner_up,
             "likeliest": choice.likeliest}
 
