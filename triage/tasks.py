@@ -35,7 +35,7 @@ def load_predictor() -> Predictor:
 @worker_process_init.connect
 def warm_predictor(**_: Any) -> None:
     """Load the classifier when a pool process starts, not when the first call of a burst arrives (torch,
-    MiniLM and the heads take seconds to load). Missing models are not fatal: the task loads them later."""
+    the catalogue and the heads take seconds to load). Missing models are not fatal: the task loads them later."""
     import torch
 
     torch.set_num_threads(settings.TRIAGE["CLASSIFIER_THREADS"])

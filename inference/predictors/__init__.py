@@ -1,9 +1,10 @@
 """Triage predictors: the ESI level with its decision point and reasons, and the output-length predictor.
 
 Per call: the explicit ESI algorithm over the clinical catalogue (``inference.clinical``: findings from the
-free text, decision points A-D), a small trained head on [all-MiniLM-L6-v2 clause embeddings, the algorithm's
-features], and the judgement that combines them (``judgement``). This package never imports Django; torch and
-transformers are imported lazily, on the first load, so importing the API is cheap.
+free text, decision points A-D), trained linear heads on [the call's word n-grams, the algorithm's features]
+for the level, the dispatch protocol and the guidance length, and the judgement that combines the level with
+the algorithm's (``judgement``). This package never imports Django; torch is imported lazily, on the first
+load, so importing the API is cheap.
 
 Stable API::
 
@@ -29,9 +30,9 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from inference.clinical import Catalogue, Findings
 
-    from .embedding import SentenceEncoder
     from .esi import EsiClassifier
     from .length import LengthPredictor
+    from .ngrams import NgramVectoriser
     from .protocol import ProtocolChoice, ProtocolClassifier
 
 __all__ = [
@@ -71,43 +72,40 @@ class TriagePredictor:
     def __init__(
         self,
         *,
-        encoder: SentenceEncoder,
+        vectoriser: NgramVectoriser,
         esi: EsiClassifier,
         length: LengthPredictor,
         protocol: ProtocolClassifier,
         catalogue: Catalogue,
         version: str,
     ) -> None:
-        self.encoder = encoder
+        self.vectoriser = vectoriser
         self.esi = esi
         self.length = length
         self.protocol = protocol
         self.catalogue = catalogue
         self.version = version
-        self._lock = threading.Lock()
 
     @property
     def catalogue_version(self) -> str:
         return self.catalogue.label
 
     def predict(self, transcripts: Sequence[str]) -> list[TriagePrediction]:
-        """The algorithm per call, one batched embedding pass, both heads, the judgement. Output order follows
-        the input."""
-        from .clinical_features import assess_calls, vectorise
-        from .esi import esi_inputs
+        """The algorithm per call, the three heads on one set of inputs, the judgement. Output order follows the
+        input; a call's prediction does not depend on the rest of its batch."""
+        from .clinical_features import assess_calls, columns
         from .judgement import judge
+        from .ngrams import CallInputs
 
         texts = [str(t) for t in transcripts]
         if not texts:
             return []
         findings, results, active = assess_calls(texts, self.catalogue)
-        clinical = vectorise(active, self.esi.feature_names)
-        with self._lock:  # torch modules are not re-entrant across threads sharing one predictor
-            embeddings = self.encoder.encode_calls(texts)
-            inputs = esi_inputs(embeddings, clinical)
-            probabilities = self.esi.probabilities(inputs)
-            protocols = self.protocol.choices(self.protocol.probabilities(inputs))
-            tokens = self.length.predict(embeddings)
+        names = self.esi.feature_names
+        inputs = CallInputs(tuple(self.vectoriser.rows(texts)), self.vectoriser.dim, columns(active, names), len(names))
+        probabilities = self.esi.probabilities(inputs)  # pure functions of the inputs: safe across threads
+        protocols = self.protocol.choices(self.protocol.probabilities(inputs))
+        tokens = self.length.predict(inputs)
         levels = self.esi.levels(probabilities)
         out = []
         rows = zip(probabilities.tolist(), levels, results, findings, tokens, protocols, strict=True)

@@ -1,6 +1,6 @@
-"""The trained bundle on disk: ``predictors.json`` (manifest) + ``heads.safetensors`` (both heads' weights).
+"""The trained bundle on disk: ``predictors.json`` (manifest), ``vocabulary.json`` (the n-gram terms and
+their idf) and ``heads.safetensors`` (the three heads' weights). Nothing else is needed to serve it.
 
-The encoder is not copied: the manifest names it (a path or hub id, or the bundled MiniLM package).
 The version is a content hash, so the same training run always yields the same version string.
 """
 
@@ -15,7 +15,8 @@ from safetensors.torch import load_file, save_file
 
 MANIFEST_NAME = "predictors.json"
 WEIGHTS_NAME = "heads.safetensors"
-FORMAT = 3  # 3: the protocol head beside the ESI head, on the same [embeddings, named clinical features]
+VOCABULARY_NAME = "vocabulary.json"
+FORMAT = 4  # 4: linear heads on [word n-grams, named clinical features]; no sentence encoder
 
 
 def _prefixed(prefix: str, state: dict[str, Any]) -> dict[str, Any]:
@@ -26,9 +27,13 @@ def _unprefixed(prefix: str, tensors: dict[str, Any]) -> dict[str, Any]:
     return {k[len(prefix) + 1 :]: v for k, v in tensors.items() if k.startswith(prefix + ".")}
 
 
-def write_bundle(directory: Path, *, esi: Any, length: Any, protocol: Any, manifest: dict[str, Any]) -> str:
-    """Write the heads and the manifest; returns the bundle version."""
+def write_bundle(
+    directory: Path, *, vectoriser: Any, esi: Any, length: Any, protocol: Any, manifest: dict[str, Any]
+) -> str:
+    """Write the vocabulary, the heads and the manifest; returns the bundle version."""
     directory.mkdir(parents=True, exist_ok=True)
+    vocabulary = directory / VOCABULARY_NAME
+    vocabulary.write_text(json.dumps(vectoriser.to_json()) + "\n")
     weights = directory / WEIGHTS_NAME
     tensors = {**_prefixed("esi", esi.head.state_dict()), **_prefixed("length", length.head.state_dict()),
                **_prefixed("protocol", protocol.head.state_dict())}
@@ -38,6 +43,7 @@ def write_bundle(directory: Path, *, esi: Any, length: Any, protocol: Any, manif
         **manifest,
         "format": FORMAT,
         "weights": WEIGHTS_NAME,
+        "vocabulary": VOCABULARY_NAME,
         "esi": esi_manifest,
         "protocol": {**manifest["protocol"], "ids": list(protocol.ids), "threshold": protocol.threshold},
         "length": {
@@ -48,8 +54,9 @@ def write_bundle(directory: Path, *, esi: Any, length: Any, protocol: Any, manif
         },
     }
     digest = hashlib.sha256(weights.read_bytes())
+    digest.update(vocabulary.read_bytes())
     digest.update(json.dumps(manifest, sort_keys=True).encode())
-    manifest["version"] = f"minilm-heads-{digest.hexdigest()[:12]}"
+    manifest["version"] = f"ngram-heads-{digest.hexdigest()[:12]}"
     (directory / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest["version"]
 
@@ -62,10 +69,11 @@ def read_bundle(directory: Path):  # -> TriagePredictor (import cycle kept out o
     from inference.clinical import load_catalogue
 
     from . import TriagePredictor
-    from .embedding import SentenceEncoder
-    from .esi import EsiClassifier, EsiHead
-    from .length import LengthHead, LengthPredictor
-    from .protocol import ProtocolClassifier, ProtocolHead
+    from .esi import EsiClassifier
+    from .length import LengthPredictor
+    from .linear import LinearHead
+    from .ngrams import NgramVectoriser
+    from .protocol import ProtocolClassifier
 
     manifest = read_manifest(directory)
     if manifest.get("format") != FORMAT:
@@ -74,21 +82,16 @@ def read_bundle(directory: Path):  # -> TriagePredictor (import cycle kept out o
             "run `python manage.py train_predictors`"
         )
     tensors = load_file(str(directory / manifest["weights"]))
-    encoder = SentenceEncoder(manifest["encoder"], max_length=manifest["max_length"])
-    esi_cfg, len_cfg = manifest["esi"], manifest["length"]
-    names = tuple(esi_cfg["clinical_features"])
-    esi_head = EsiHead(manifest["call_feature_dim"] + len(names), esi_cfg["hidden"], esi_cfg["dropout"])
-    esi_head.load_state_dict(_unprefixed("esi", tensors))
-    proto_cfg = manifest["protocol"]
-    protocol_head = ProtocolHead(esi_head.net[0].in_features, proto_cfg["hidden"], proto_cfg["dropout"], len(proto_cfg["ids"]))
-    protocol_head.load_state_dict(_unprefixed("protocol", tensors))
-    length_head = LengthHead(manifest["call_feature_dim"], len_cfg["hidden"], len_cfg["dropout"])
-    length_head.load_state_dict(_unprefixed("length", tensors))
+    vectoriser = NgramVectoriser.from_json(json.loads((directory / manifest["vocabulary"]).read_text()))
+    esi_cfg, len_cfg, proto_cfg = manifest["esi"], manifest["length"], manifest["protocol"]
     return TriagePredictor(
-        encoder=encoder,
-        esi=EsiClassifier(esi_head.eval(), tuple(esi_cfg["thresholds"]), names),
-        protocol=ProtocolClassifier(protocol_head.eval(), tuple(proto_cfg["ids"]), proto_cfg["threshold"]),
-        length=LengthPredictor(length_head.eval(), len_cfg["log_mean"], len_cfg["log_std"], len_cfg["max_tokens"]),
+        vectoriser=vectoriser,
+        esi=EsiClassifier(LinearHead.from_state_dict(_unprefixed("esi", tensors)), tuple(esi_cfg["thresholds"]),
+                          tuple(esi_cfg["clinical_features"]), esi_cfg["clinical_weight"]),
+        protocol=ProtocolClassifier(LinearHead.from_state_dict(_unprefixed("protocol", tensors)),
+                                    tuple(proto_cfg["ids"]), proto_cfg["threshold"], proto_cfg["clinical_weight"]),
+        length=LengthPredictor(LinearHead.from_state_dict(_unprefixed("length", tensors)), len_cfg["log_mean"],
+                               len_cfg["log_std"], len_cfg["max_tokens"]),
         catalogue=load_catalogue(),
         version=manifest["version"],
     )

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
 from inference.clinical import AlgorithmResult, Catalogue, Findings, assess_call
 from inference.clinical.catalogue import RESOURCE_WEIGHTS
 from inference.clinical.context import CURRENT, NEGATED
@@ -50,14 +48,11 @@ def call_features(findings: Findings, result: AlgorithmResult, catalogue: Catalo
     return on
 
 
-def vectorise(active: Sequence[set[str]], names: Sequence[str]) -> torch.Tensor:
+def columns(active: Sequence[set[str]], names: Sequence[str]) -> tuple[tuple[int, ...], ...]:
+    """Per call, the sorted positions in ``names`` of its features that are on (names the head was not trained
+    on are left out)."""
     index = {name: i for i, name in enumerate(names)}
-    out = torch.zeros((len(active), len(names)))
-    for row, on in enumerate(active):
-        for name in on:
-            if name in index:
-                out[row, index[name]] = 1.0
-    return out
+    return tuple(tuple(sorted(index[n] for n in on if n in index)) for on in active)
 
 
 def assess_calls(

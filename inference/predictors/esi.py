@@ -1,5 +1,5 @@
-"""The learned ESI head: a small MLP on [clause embeddings of the call, the explicit algorithm's features],
-and its urgency-biased decision rule.
+"""The learned ESI head: multinomial logistic regression on [the call's word n-grams (TF-IDF), the explicit
+algorithm's features], and its urgency-biased decision rule.
 
 Decision rule (cost-sensitive, tuned for under-triage): with cumulative probabilities P(ESI <= k), the level
 is the most urgent k whose cumulative probability reaches its threshold t_k. Thresholds below 0.5 make the
@@ -14,20 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from torch import nn
+
+from .linear import LinearHead
+from .ngrams import CallInputs
 
 N_LEVELS = 5
-
-
-class EsiHead(nn.Module):
-    def __init__(self, input_dim: int, hidden: int, dropout: float) -> None:
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Linear(input_dim, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, N_LEVELS)
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
 
 
 def decide_levels(probabilities: torch.Tensor, thresholds: Sequence[float]) -> torch.Tensor:
@@ -40,20 +31,14 @@ def decide_levels(probabilities: torch.Tensor, thresholds: Sequence[float]) -> t
 
 @dataclass
 class EsiClassifier:
-    head: EsiHead
+    head: LinearHead
     thresholds: tuple[float, float, float, float]
     feature_names: tuple[str, ...]  # the clinical features the head was trained on, in its input order
+    clinical_weight: float  # the clinical block's value beside the unit-length n-gram vector
 
-    def probabilities(self, inputs: torch.Tensor) -> torch.Tensor:
-        """``inputs``: [call embeddings, clinical feature vectors] (``esi_inputs``)."""
-        self.head.eval()
-        with torch.inference_mode():
-            probs = torch.softmax(self.head(inputs), dim=1).double()
+    def probabilities(self, inputs: CallInputs) -> torch.Tensor:
+        probs = self.head.probabilities(inputs.matrix(self.clinical_weight))
         return probs / probs.sum(dim=1, keepdim=True)  # exact float sums for callers that check them
 
     def levels(self, probabilities: torch.Tensor) -> list[int]:
         return decide_levels(probabilities, self.thresholds).tolist()
-
-
-def esi_inputs(call_features: torch.Tensor, clinical: torch.Tensor) -> torch.Tensor:
-    return torch.cat([call_features, clinical], dim=1)

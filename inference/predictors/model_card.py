@@ -56,13 +56,15 @@ def render_model_card(metrics: dict[str, Any]) -> str:
     lines = [
         f"# Model card: triage predictors `{metrics['version']}`",
         "",
-        f"Clinical catalogue `{metrics['catalogue']}` (fixtures/clinical/), config `{cfg['name']}` (seed {cfg['seed']}), "
-        f"encoder `{cfg['encoder']}` (all-MiniLM-L6-v2; per call, mean and max over clause embeddings).",
+        f"Clinical catalogue `{metrics['catalogue']}` (fixtures/clinical/), config `{cfg['name']}`; inputs: word "
+        f"1-{cfg['max_n']}-grams used by at least {cfg['min_df']} training calls (TF-IDF, {metrics['n_terms']} terms) "
+        "and the algorithm's findings, rules and level by name.",
         "",
         "The level of a call is the ESI algorithm's (decision points A-D over findings from the free text and the "
-        "catalogue) combined with a small MLP on [clause embeddings, the algorithm's features]; where they disagree, "
-        "or the probability mass is split between two levels, the more urgent wins and the call is marked uncertain.",
-        f"ESI training data: `{corpus['written_path']}`, {corpus['written_calls']} calls by {corpus['written_authors']} "
+        "catalogue) combined with a logistic regression on [word n-grams, the algorithm's features]; where they "
+        "disagree, or the probability mass is split between two levels, the more urgent wins and the call is "
+        "marked uncertain.",
+        f"ESI and protocol training data: `{corpus['written_path']}`, {corpus['written_calls']} calls by {corpus['written_authors']} "
         f"authors (sha256 {corpus['written_sha256'][:12]}…). Output length: `{corpus['path']}` (template corpus), "
         f"{corpus['length_train_calls']} calls. Training time {metrics['timing']['train_s']} s "
         f"({metrics['timing']['total_s']} s with evaluation).",
@@ -132,7 +134,7 @@ def _protocol_section(metrics: dict[str, Any]) -> list[str]:
     lines = [
         "## Protocol selection, side by side",
         "",
-        f"Protocol library `{metrics['protocol_library']}` (fixtures/guidance/). The same inputs as the ESI head; "
+        f"Protocol library `{metrics['protocol_library']}` (fixtures/guidance/). A logistic regression on the n-grams; "
         f"below a confidence of {validation['threshold']:.2f} (tuned on {validation['method']}: fewest "
         "2 x wrong-and-confident + unclear) the selection is `unclear` and the family's key questions are read.",
         "",

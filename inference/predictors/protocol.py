@@ -1,8 +1,8 @@
 """The learned protocol selector: which dispatch protocol (chief complaint) a call is for.
 
-A small MLP on the same inputs as the ESI head ([clause embeddings, the explicit algorithm's features by
-name]) gives a probability per protocol id. Below the confidence threshold the selection is ``unclear``: a
-dispatcher is read the family's key questions rather than a guess. The threshold is tuned on out-of-fold
+Multinomial logistic regression on the call's word n-grams (the ESI head's TF-IDF vocabulary, with the
+clinical features at ``clinical_weight``) gives a probability per protocol id. Below the confidence threshold
+the selection is ``unclear``: a dispatcher is read the family's key questions rather than a guess. The threshold is tuned on out-of-fold
 predictions of the training corpus (folds by author), never on an evaluation set.
 """
 
@@ -12,20 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-from torch import nn
+
+from .linear import LinearHead
+from .ngrams import CallInputs
 
 UNCLEAR = "unclear"
-
-
-class ProtocolHead(nn.Module):
-    def __init__(self, input_dim: int, hidden: int, dropout: float, n_protocols: int) -> None:
-        super().__init__()
-        self.net = nn.Sequential(
-            nn.Linear(input_dim, hidden), nn.GELU(), nn.Dropout(dropout), nn.Linear(hidden, n_protocols)
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)
 
 
 @dataclass(frozen=True)
@@ -50,15 +41,13 @@ def choose(probabilities: Sequence[float], ids: Sequence[str], threshold: float)
 
 @dataclass
 class ProtocolClassifier:
-    head: ProtocolHead
+    head: LinearHead
     ids: tuple[str, ...]  # the protocol ids in the head's output order
     threshold: float
+    clinical_weight: float
 
-    def probabilities(self, inputs: torch.Tensor) -> torch.Tensor:
-        """``inputs``: the ESI head's inputs (``esi.esi_inputs``)."""
-        self.head.eval()
-        with torch.inference_mode():
-            return torch.softmax(self.head(inputs), dim=1).double()
+    def probabilities(self, inputs: CallInputs) -> torch.Tensor:
+        return self.head.probabilities(inputs.matrix(self.clinical_weight))
 
     def choices(self, probabilities: torch.Tensor) -> list[ProtocolChoice]:
         return [choose(row, self.ids, self.threshold) for row in probabilities.tolist()]

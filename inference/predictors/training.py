@@ -1,10 +1,11 @@
 """Training of the triage predictors, and their evaluation on data written independently of the training data.
 
-- ESI: the explicit algorithm's features (``clinical_features``) and the clause embeddings of each call of the
-  written corpus (``fixtures/calls/written/``, six authors), a small MLP on both; its decision thresholds are
-  tuned on out-of-fold predictions (one fold per author, judged with the algorithm as served), then the head is
-  fitted on all of it.
-- Output length: regression on the embeddings of the template corpus (``fixtures/calls/calls.jsonl``), whose
+- ESI: the explicit algorithm's features (``clinical_features``) and the word n-grams (TF-IDF, ``ngrams``) of
+  each call of the written corpus (``fixtures/calls/written/``, one file per author), a logistic regression on
+  both; its decision thresholds are tuned on out-of-fold predictions (one fold per author, judged with the
+  algorithm as served), then the head is fitted on all of it.
+- Protocol: a logistic regression on the same inputs, its confidence threshold tuned the same way.
+- Output length: ridge regression on the n-grams of the template corpus (``fixtures/calls/calls.jsonl``), whose
   calls carry the guidance LLM's measured output lengths.
 - Evaluation through the saved bundle, side by side: the independent evaluation set
   (``fixtures/evaluation/independent/``, never trained or tuned on), the development set, the written corpus
@@ -35,9 +36,8 @@ from inference.guidance.library import load_library
 
 from . import REPO_ROOT, TriagePrediction, TriagePredictor
 from .bundle import read_bundle, write_bundle
-from .clinical_features import assess_calls, feature_names, vectorise
-from .embedding import BUNDLED_MINILM, SentenceEncoder
-from .esi import EsiClassifier, decide_levels, esi_inputs
+from .clinical_features import assess_calls, columns, feature_names
+from .esi import EsiClassifier, decide_levels
 from .evaluation import calibration, decision_point_agreement, esi_metrics, length_metrics, protocol_metrics
 from .fitting import (
     HeadConfig,
@@ -52,6 +52,7 @@ from .judgement import judge
 from .length import LengthPredictor
 from .length_labels import length_labels
 from .model_card import render_model_card, render_reliability
+from .ngrams import CallInputs, NgramVectoriser
 
 DEFAULT_CORPUS = REPO_ROOT / "fixtures" / "calls" / "calls.jsonl"  # the template corpus: output lengths
 WRITTEN_CORPUS = REPO_ROOT / "fixtures" / "calls" / "written"  # the ESI training corpus
@@ -71,23 +72,24 @@ class TrainingConfig:
     length_train_limit: int | None = None  # of the template corpus' train split
     test_limit: int | None = None  # of the template corpus' test split
     eval_limit: int | None = None  # of each evaluation set
-    encoder: str = BUNDLED_MINILM
-    max_length: int = 256
+    max_n: int = 2  # word n-grams up to pairs
+    min_df: int = 3  # a term enters the vocabulary when this many training calls use it
     threads: int = 2
     extra: dict[str, Any] = field(default_factory=dict)
 
 
 FULL = TrainingConfig(
     name="full",
-    esi=HeadConfig(hidden=256, dropout=0.3, epochs=60, lr=2e-3, weight_decay=5e-2, batch_size=64),
-    length=HeadConfig(hidden=128, dropout=0.1, epochs=40, lr=3e-3, weight_decay=1e-2, batch_size=128),
-    protocol=HeadConfig(hidden=256, dropout=0.3, epochs=60, lr=2e-3, weight_decay=5e-2, batch_size=64),
+    esi=HeadConfig(l2=1e-5, clinical_weight=0.1),
+    length=HeadConfig(l2=1e-4),
+    protocol=HeadConfig(l2=1e-5, class_weight_power=0.5),
 )
 TINY = TrainingConfig(
     name="tiny",
-    esi=HeadConfig(hidden=128, dropout=0.3, epochs=30, lr=3e-3, weight_decay=5e-2, batch_size=64),
-    length=HeadConfig(hidden=64, dropout=0.1, epochs=20, lr=3e-3, weight_decay=1e-2, batch_size=64),
-    protocol=HeadConfig(hidden=128, dropout=0.3, epochs=30, lr=3e-3, weight_decay=5e-2, batch_size=64),
+    esi=HeadConfig(l2=1e-4, clinical_weight=0.1),
+    length=HeadConfig(l2=1e-3),
+    protocol=HeadConfig(l2=1e-4, class_weight_power=0.5),
+    min_df=2,
     train_limit=300,
     length_train_limit=300,
     test_limit=120,
@@ -144,11 +146,14 @@ def protocol_families() -> dict[str, str]:
     return {p.id: p.family for p in load_library().protocols.values()}
 
 
-def author_folds(records: Sequence[Record]) -> list[int]:
-    """A fold per author: the written corpus' ids start with the author ("w3-017"), so every fold holds out
-    calls written by someone the fitted head never read."""
+MAX_FOLDS = 6  # 18 authors: three a fold; every held-out call was written by someone its head never read
+
+
+def author_folds(records: Sequence[Record], max_folds: int = MAX_FOLDS) -> list[int]:
+    """Folds by author: the written corpus' ids start with the author ("w3-017"); the authors, in sorted order,
+    are dealt round the folds, so a fold holds out every call of its authors."""
     authors = sorted({r["id"].split("-")[0] for r in records})
-    return [authors.index(r["id"].split("-")[0]) for r in records]
+    return [authors.index(r["id"].split("-")[0]) % max_folds for r in records]
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -166,7 +171,7 @@ def deterministic(seed: int, threads: int) -> Iterator[None]:
 
 
 def predict_records(predictor: TriagePredictor, records: Sequence[Record], chunk: int = 256) -> list[TriagePrediction]:
-    """Serving-path predictions in fixed chunks (the same chunks give bitwise the same embeddings)."""
+    """Serving-path predictions in fixed chunks."""
     out: list[TriagePrediction] = []
     for start in range(0, len(records), chunk):
         out += predictor.predict([r["transcript"] for r in records[start : start + chunk]])
@@ -182,12 +187,13 @@ def _esi_tensor(records: Sequence[Record]) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- the heads
-def esi_features(
-    encoder: SentenceEncoder, catalogue: Catalogue, texts: Sequence[str], names: Sequence[str]
-) -> tuple[torch.Tensor, list[AlgorithmResult]]:
-    """The ESI head's inputs for ``texts`` and the algorithm's result per call."""
+def call_inputs(
+    vectoriser: NgramVectoriser, catalogue: Catalogue, texts: Sequence[str], names: Sequence[str]
+) -> tuple[CallInputs, list[AlgorithmResult]]:
+    """The heads' inputs for ``texts`` and the algorithm's result per call."""
     _, results, active = assess_calls(texts, catalogue)
-    return esi_inputs(encoder.encode_calls(texts), vectorise(active, names)), results
+    inputs = CallInputs(tuple(vectoriser.rows(texts)), vectoriser.dim, columns(active, names), len(names))
+    return inputs, results
 
 
 def judged_levels(
@@ -198,15 +204,15 @@ def judged_levels(
 
 
 def train_esi(
-    x: torch.Tensor, results: Sequence[AlgorithmResult], names: Sequence[str], train: Sequence[Record],
+    inputs: CallInputs, results: Sequence[AlgorithmResult], names: Sequence[str], train: Sequence[Record],
     config: TrainingConfig,
 ) -> tuple[EsiClassifier, dict[str, Any]]:
-    """Out-of-fold predictions (a fold per author; each fold's head fitted exactly like the shipped one on the
+    """Out-of-fold predictions (folds by author; each fold's head fitted exactly like the shipped one on the
     other authors) tune the thresholds of the whole judgement; then the shipped head is fitted on all of it.
-    ``x``, ``results``: the head's inputs and the algorithm's results for ``train`` (``esi_features``)."""
+    ``inputs``, ``results``: the heads' inputs and the algorithm's results for ``train`` (``call_inputs``)."""
     y = _esi_tensor(train)
     folds = author_folds(train)
-    oof = out_of_fold(x, y, folds, 5, lambda xs, ys: fit_esi_head(xs, ys, config.esi, config.seed))
+    oof = out_of_fold(inputs, y, folds, 5, lambda xs, ys: fit_esi_head(xs, ys, config.esi), config.esi.clinical_weight)
     true = y.tolist()
     thresholds = tune_thresholds(oof, true, decide=lambda t: judged_levels(oof, t, results))
     algorithm = [r.level for r in results]
@@ -220,20 +226,21 @@ def train_esi(
         "algorithm_alone": esi_metrics(*zip(*[(t, a) for t, a in zip(true, algorithm, strict=True) if a is not None],
                                             strict=True)) if any(a is not None for a in algorithm) else None,
     }
-    head = fit_esi_head(x, y, config.esi, config.seed)
-    return EsiClassifier(head, thresholds, tuple(names)), validation  # type: ignore[arg-type]
+    head = fit_esi_head(inputs, y, config.esi)
+    return EsiClassifier(head, thresholds, tuple(names), config.esi.clinical_weight), validation  # type: ignore[arg-type]
 
 
 def train_length(
-    encoder: SentenceEncoder, train: Sequence[Record], labels: dict[str, int], config: TrainingConfig
+    vectoriser: NgramVectoriser, train: Sequence[Record], labels: dict[str, int], config: TrainingConfig
 ) -> LengthPredictor:
     rows = [r for r in train if r["id"] in labels]
     if not rows:
         raise ValueError("no length labels for any training call")
     log_tokens = torch.tensor([math.log(labels[r["id"]]) for r in rows], dtype=torch.float32)
     mean, std = float(log_tokens.mean()), float(log_tokens.std().clamp(min=1e-3)) if len(rows) > 1 else 1.0
-    x = encoder.encode_calls([r["transcript"] for r in rows])
-    head = fit_length_head(x, (log_tokens - mean) / std, config.length, config.seed)
+    texts = [r["transcript"] for r in rows]
+    inputs = CallInputs(tuple(vectoriser.rows(texts)), vectoriser.dim, ((),) * len(rows), 0)
+    head = fit_length_head(inputs, (log_tokens - mean) / std, config.length)
     return LengthPredictor(head, mean, std, max_tokens=2 * max(labels[r["id"]] for r in rows))
 
 
@@ -298,22 +305,23 @@ def train(
         written = esi_training_records(config, written_path)
         corpus = load_corpus(corpus_path)
         length_train, template_test = training_records(corpus, config), evaluation_records(corpus, config)
-        log(f"{config.name}: {len(written)} written calls for ESI, {len(length_train)} template calls for length; "
-            "embedding…")
-        encoder = SentenceEncoder(config.encoder, max_length=config.max_length, memoise=True)
+        log(f"{config.name}: {len(written)} written calls for ESI and protocol, {len(length_train)} template calls "
+            "for length; reading findings…")
+        texts = [r["transcript"] for r in written]
+        vectoriser = NgramVectoriser.fit(texts, max_n=config.max_n, min_df=config.min_df)
         names = feature_names(catalogue)
-        x, results = esi_features(encoder, catalogue, [r["transcript"] for r in written], names)
-        esi, validation = train_esi(x, results, names, written, config)
+        inputs, results = call_inputs(vectoriser, catalogue, texts, names)
+        esi, validation = train_esi(inputs, results, names, written, config)
         library = load_library()
         family_of = protocol_families()
         protocol, protocol_validation = train_protocol(
-            x, [r["protocol"] for r in written], author_folds(written), library.ids, family_of,
-            config.protocol, config.seed,
+            inputs, [r["protocol"] for r in written], author_folds(written), library.ids, family_of, config.protocol,
         )
-        labels, label_source = length_labels([*length_train, *template_test], lengths_path, encoder.count_tokens)
-        length = train_length(encoder, length_train, labels, config)
-        manifest = _manifest(config, label_source, encoder.dim, catalogue.label, library.label)
-        version = write_bundle(out_dir, esi=esi, length=length, protocol=protocol, manifest=manifest)
+        labels, label_source = length_labels([*length_train, *template_test], lengths_path)
+        length = train_length(vectoriser, length_train, labels, config)
+        manifest = _manifest(config, label_source, vectoriser.dim, catalogue.label, library.label)
+        version = write_bundle(out_dir, vectoriser=vectoriser, esi=esi, length=length, protocol=protocol,
+                               manifest=manifest)
         trained_s = time.perf_counter() - started
         log(f"trained {version} in {trained_s:.1f} s; evaluating through the saved bundle…")
         predictor = read_bundle(out_dir)
@@ -322,6 +330,7 @@ def train(
         metrics = {
             "version": version,
             "catalogue": catalogue.label,
+            "n_terms": vectoriser.dim,
             "config": asdict(config),
             "corpus": _corpus_facts(written_path, written, corpus_path, length_train, template_test),
             "length_label_source": label_source,
@@ -340,20 +349,15 @@ def train(
     return metrics
 
 
-def _manifest(
-    config: TrainingConfig, label_source: str, embedding_dim: int, catalogue: str, library: str
-) -> dict[str, Any]:
+def _manifest(config: TrainingConfig, label_source: str, n_terms: int, catalogue: str, library: str) -> dict[str, Any]:
     return {
-        "encoder": config.encoder,
-        "embedding_dim": embedding_dim,
-        "pooling": "clause mean+max",
-        "call_feature_dim": 2 * embedding_dim,
-        "max_length": config.max_length,
+        "features": f"word 1-{config.max_n}-grams used by >= {config.min_df} training calls, TF-IDF, unit length",
+        "n_terms": n_terms,
         "config": config.name,
         "catalogue": catalogue,
-        "esi": {"hidden": config.esi.hidden, "dropout": config.esi.dropout},
-        "protocol": {"hidden": config.protocol.hidden, "dropout": config.protocol.dropout, "library": library},
-        "length": {"hidden": config.length.hidden, "dropout": config.length.dropout, "label_source": label_source},
+        "esi": {"l2": config.esi.l2, "clinical_weight": config.esi.clinical_weight},
+        "protocol": {"l2": config.protocol.l2, "clinical_weight": config.protocol.clinical_weight, "library": library},
+        "length": {"l2": config.length.l2, "label_source": label_source},
     }
 
 

@@ -80,9 +80,13 @@ def test_without_real_lengths_the_label_source_says_proxy(tmp_path):
     assert source.startswith("proxy:") and labels["a"] >= 1
 
 
-def test_threshold_tuning_holds_out_each_author_in_turn():
+def test_threshold_tuning_holds_out_every_call_of_an_author_together():
     from inference.predictors.training import author_folds
 
     records = [{"id": f"w{a}-{i:03d}"} for a in (1, 2, 3) for i in range(4)]
-    folds = author_folds(records)
-    assert folds == [0] * 4 + [1] * 4 + [2] * 4
+    assert author_folds(records) == [0] * 4 + [1] * 4 + [2] * 4
+    many = [{"id": f"w{a}-{i:03d}"} for a in range(1, 19) for i in range(2)]
+    folds = author_folds(many, max_folds=6)
+    assert len(set(folds)) == 6
+    for a in range(1, 19):
+        assert len({f for r, f in zip(many, folds, strict=True) if r["id"].startswith(f"w{a}-")}) == 1

@@ -1,6 +1,6 @@
 """Micro-batching for the triage task: under a burst, one task classifies many waiting calls at once.
 
-Per-call predictor calls dominate under spikes (one embedding pass each); a batched pass costs little more
+Per-call work dominates under spikes (a model pass and a database write each); a batched pass costs little more
 than a single one. A task claims its own call plus other ``received`` calls with
 ``SELECT ... FOR UPDATE SKIP LOCKED`` (so concurrent workers never claim the same call), lingers up to
 ``micro_batch_wait_ms`` while the batch is still growing, classifies the batch in one ``predict`` call and

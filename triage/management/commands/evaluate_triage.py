@@ -16,7 +16,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 
 class Command(BaseCommand):
-    help = "ESI metrics of the trained predictors on fixtures/evaluation/{independent,development}, with CPU time per call."
+    help = ("ESI and protocol metrics of the trained predictors on fixtures/evaluation/{independent,development}, "
+            "with CPU time per call.")
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -35,6 +36,7 @@ class Command(BaseCommand):
             raise CommandError(str(error)) from error
         torch.set_num_threads(1)  # as the Celery triage worker runs it
         predictor.predict(["warm-up call"])
+        family_of = training.protocol_families()
         results = {}
         for name in options["sets"].split(","):
             if name not in training.EVALUATION_SETS:
@@ -43,18 +45,20 @@ class Command(BaseCommand):
             started = time.process_time()
             predictions = training.predict_records(predictor, records, chunk=32)
             cpu_ms = (time.process_time() - started) * 1000 / max(1, len(records))
-            results[name] = {**training.evaluate(predictions, records), "cpu_ms_per_call": round(cpu_ms, 1)}
+            results[name] = {**training.evaluate(predictions, records, family_of), "cpu_ms_per_call": round(cpu_ms, 1)}
         report = {"version": predictor.version, "catalogue": predictor.catalogue_version, "sets": results}
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2, sort_keys=True))
             return
         self.stdout.write(f"predictors {predictor.version}, catalogue {predictor.catalogue_version}")
-        self.stdout.write("set          n   exact  under  over   ESI-1 recall  decision point  uncertain  CPU ms/call")
+        self.stdout.write("set          n   exact  under  over   ESI-1 recall  decision point  uncertain  "
+                          "protocol right/unclear/wrong  CPU ms/call")
         for name, r in results.items():
-            esi = r["esi"]
+            esi, protocol = r["esi"], r["protocol"]
             self.stdout.write(
                 f"{name:<12} {esi['n']:<3} {esi['accuracy']:.3f}  {esi['under_triage_rate']:.3f}  "
                 f"{esi['over_triage_rate']:.3f}  {esi['per_level']['1']['recall']:.3f}         "
                 f"{r.get('decision_point', {}).get('agreement', 0):.3f}           {r['uncertain_rate']:.3f}      "
-                f"{r['cpu_ms_per_call']}"
+                f"{protocol['right']:.3f}/{protocol['unclear']:.3f}/{protocol['wrong_confident']:.3f}"
+                f"            {r['cpu_ms_per_call']}"
             )
