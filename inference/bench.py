@@ -18,7 +18,7 @@ import time
 import torch
 
 from inference.backends.hf import HFBackend
-from inference.guidance_corpus import example_records, guidance_prompt
+from inference.guidance.corpus import example_records, record_prompt
 from scheduler.config import SchedulerConfig
 from scheduler.cost import PRESETS
 from scheduler.policies import make_scheduler
@@ -26,7 +26,7 @@ from scheduler.policies import make_scheduler
 
 def bench_prompts(backend: HFBackend, n: int) -> list[list[int]]:
     records = example_records()
-    return [backend.encode(guidance_prompt(records[(i * 7) % len(records)]["transcript"])) for i in range(n)]
+    return [backend.encode(record_prompt(records[(i * 7) % len(records)])) for i in range(n)]
 
 
 def run_sequential(backend: HFBackend, prompts: list[list[int]], max_new: int) -> tuple[int, float]:

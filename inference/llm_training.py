@@ -28,32 +28,22 @@ class LLMTrainingConfig:
     num_layers: int = 4
     num_heads: int = 4
     intermediate_size: int = 688
-    max_positions: int = 512
+    max_positions: int = 1024
     steps: int = 600
     batch_size: int = 16
     lr: float = 3e-3
     warmup_steps: int = 30
     seed: int = 1234
     threads: int = 2
-    # Rewritten copies of each training call (guidance_corpus.augmented_records), trained on only the first
-    # `decision_tokens` tokens of their guidance: the opening that picks the guidance; the full texts are
-    # learnt from the original calls.
-    augment_copies: int = 0
-    augment_keep: float = 0.8  # each description fragment kept with this probability
-    augment_word_drop: float = 0.1
-    augment_synonym_rate: float = 0.0  # each finding said in other words with this probability
-    decision_tokens: int = 16
     split_suffixes: bool = False  # see SUFFIX_SPLIT
 
 
-# ~2.5M parameters. Each training call also gives 4 rewritten copies trained on the guidance's opening, so the
-# choice of guidance follows the call's content rather than one template's wording (see augmented_records).
-FULL_CONFIG = LLMTrainingConfig(
-    hidden_size=192, intermediate_size=512, steps=1200, augment_copies=4, split_suffixes=True,
-)
-# Trains in ~30-45 s on 2 busy cores and reproduces the corpus' guidance for its example calls.
+# ~2.5M parameters, trained on the written corpus' calls (inference.guidance.corpus): it reads out the protocol
+# text its prompt carries.
+FULL_CONFIG = LLMTrainingConfig(hidden_size=192, intermediate_size=512, steps=1200, split_suffixes=True)
+# Trains in well under a minute on 2 busy cores, on a few calls per protocol.
 TINY_CONFIG = LLMTrainingConfig(
-    vocab_size=1500, hidden_size=128, num_layers=2, num_heads=2, intermediate_size=384, max_positions=512,
+    vocab_size=1500, hidden_size=128, num_layers=2, num_heads=2, intermediate_size=384,
     steps=280, batch_size=16, lr=3e-3, warmup_steps=20,
 )
 
@@ -85,16 +75,12 @@ def train_tokenizer(texts: list[str], vocab_size: int, split_suffixes: bool = Fa
     return fast
 
 
-def _encode_pairs(tokenizer: PreTrainedTokenizerFast, pairs: list[tuple[str, str]], max_len: int,
-                  guidance_tokens: int | None = None):
-    """Token ids of `prompt + " " + guidance + EOS`, with labels only on the guidance (the prompt is given);
-    with `guidance_tokens`, only that many tokens of the guidance (and no EOS)."""
+def _encode_pairs(tokenizer: PreTrainedTokenizerFast, pairs: list[tuple[str, str]], max_len: int):
+    """Token ids of `prompt + " " + guidance + EOS`, with labels only on the guidance (the prompt is given)."""
     examples = []
     for prompt, guidance in pairs:
         p_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
         g_ids = tokenizer(" " + guidance, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        if guidance_tokens is not None:
-            g_ids = g_ids[: min(guidance_tokens, len(g_ids) - 1)]
         ids = (p_ids + g_ids)[:max_len]
         labels = ([-100] * len(p_ids) + g_ids)[:max_len]
         examples.append((ids, labels))
@@ -135,12 +121,10 @@ def train_guidance_model(
     out_dir: Path,
     config: LLMTrainingConfig = FULL_CONFIG,
     progress: bool = True,
-    decision_pairs: list[tuple[str, str]] = (),
     device: str = "cpu",
 ) -> dict:
     """Train tokenizer + model on (prompt, guidance) pairs and save both to `out_dir`. Returns training stats.
 
-    `decision_pairs` (augmented calls) are trained on the first `config.decision_tokens` guidance tokens only.
     Deterministic for a given device (seeded); a CUDA build gives a different, equally trained model."""
     torch.set_num_threads(min(config.threads, torch.get_num_threads()))
     torch.manual_seed(config.seed)
@@ -164,7 +148,6 @@ def train_guidance_model(
     )
     model = LlamaForCausalLM(model_config).to(device)
     examples = _encode_pairs(tokenizer, pairs, config.max_positions)
-    examples += _encode_pairs(tokenizer, list(decision_pairs), config.max_positions, config.decision_tokens)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.01)
 
     def lr_at(step: int) -> float:

@@ -40,6 +40,7 @@ import redis
 from django.db import DatabaseError, close_old_connections, connection
 
 from inference.engine import Engine, StepResult
+from inference.guidance.follow import GuidanceFollower
 from scheduler.decision import PreemptionMode
 from scheduler.policies import make_scheduler
 from triage import realtime
@@ -69,6 +70,8 @@ class _Pending:
     progress: dict[int, generation.CallProgress] = field(default_factory=dict)
     tokens: list[tuple[int, int, str]] = field(default_factory=list)
     done: list[tuple[int, str]] = field(default_factory=list)  # (call id, final status) for token streams
+    replaced: list[tuple[int, str]] = field(default_factory=list)  # (call id, the protocol's text): off protocol
+    restarted: list[int] = field(default_factory=list)  # calls generated again from the start
 
     def of(self, call_id: int) -> generation.CallProgress:
         p = self.progress.get(call_id)
@@ -97,6 +100,8 @@ class InferenceWorker:
         self.stats: Counter[str] = Counter()
         self._threads: list[threading.Thread] = []
         self._http: ThreadingHTTPServer | None = None
+        self.guidance = GuidanceFollower()
+        self._readmit: list[int] = []  # calls to admit again under their new plan (engine loop thread)
         self._metrics_snapshot = self.metrics()  # what the metrics endpoint serves; the engine loop refreshes it
 
     # --- lifecycle ----------------------------------------------------------------------------------------
@@ -133,6 +138,8 @@ class InferenceWorker:
             if self.reload_config.is_set():
                 self.reload_config.clear()
                 self._apply_config()
+            if self._readmit:
+                self._admit_again()
             if self.engine.has_work():
                 self._record(self.engine.step())
             else:
@@ -272,6 +279,7 @@ class InferenceWorker:
                     predicted_output_tokens=call.predicted_output_tokens or int(float(f.get("predicted_output_tokens") or 64)),
                     arrival_s=call.accepted_at_s,
                 )
+                self.guidance.admitted(str(call_id), call.plan, call.generation)
             except Exception:
                 with self._entries_lock:  # not admitted: the re-read after this failure must not skip it
                     self._entries[call_id].remove(entry_id)
@@ -306,7 +314,34 @@ class InferenceWorker:
             self.engine.reprioritise(str(int(message["call_id"])), int(message["level"]), message.get("tier") or None)
         elif kind == "cancel":
             self.engine.cancel(str(int(message["call_id"])))
+        elif kind == "regenerate":
+            self.regenerate(int(message["call_id"]))
         self._wake.set()
+
+    def regenerate(self, call_id: int) -> None:
+        """Generate the call again under the plan the database now gives it (a protocol switch): cancel the
+        running generation, then admit the call again with its arrival, so it keeps its place in the queue."""
+        rid = str(call_id)
+        self.guidance.regenerate(rid)
+        if rid in self.engine.sequences:
+            self.engine.cancel(rid)  # re-admitted when the engine reports the cancellation (_record)
+        else:
+            self._readmit.append(call_id)  # finished (its stale result will not be stored) or not admitted yet
+
+    def _admit_again(self) -> None:
+        ids, self._readmit = self._readmit, []
+        close_old_connections()
+        current = calls_generation_input(call_ids=ids)
+        for call_id in ids:
+            call = current.get(call_id)
+            if call is None or str(call_id) in self.engine.sequences:
+                continue  # final meanwhile, or admitted already from its new stream entry
+            self.engine.add_request(
+                str(call_id), call.prompt, level=call.level or 3, tier=call.tier or None,
+                predicted_output_tokens=call.predicted_output_tokens or 64, arrival_s=call.accepted_at_s,
+            )
+            self.guidance.admitted(str(call_id), call.plan, call.generation)
+            self._pending.restarted.append(call_id)
 
     def _apply_config(self) -> None:
         """Apply the stored settings between iterations; a new policy takes over every live request."""
@@ -346,15 +381,23 @@ class InferenceWorker:
                 pending.of(call_id).move(CallStatus.PREFILLING, at=at)
             pending.of(call_id).move(CallStatus.DECODING, at=at)
             pending.tokens.append((call_id, t.index, t.text))
+            if (replacement := self.guidance.on_token(t.request_id, t.text)) is not None:
+                pending.replaced.append((call_id, replacement))
         for f in result.finished:
             call_id = int(f.request_id)
             if f.reason == "cancelled":
+                if self.guidance.on_cancelled(f.request_id):
+                    self._readmit.append(call_id)  # a protocol switch: generated again, not finished
+                    continue
                 pending.done.append((call_id, "cancelled"))
                 pending.of(call_id)  # nothing to store; acknowledged with the flush
                 continue
-            p = pending.of(call_id)
-            p.guidance, p.output_tokens = f.text.strip(), f.output_tokens
-            p.move(CallStatus.DONE, at=at, output_tokens=f.output_tokens, reason=f.reason)
+            followed, replacement = self.guidance.on_done(f.request_id)
+            if replacement is not None:
+                pending.replaced.append((call_id, replacement))
+            pending.of(call_id).finish(text=f.text.strip(), output_tokens=f.output_tokens, plan=followed.plan,
+                                       generation=followed.generation, off_protocol=followed.off_protocol, at=at,
+                                       reason=f.reason)
             pending.done.append((call_id, "done"))
         now = time.time()
         self._tokens_window.append((now, len(result.tokens)))
@@ -368,7 +411,11 @@ class InferenceWorker:
         self._last_flush = now
         pending, self._pending = self._pending, _Pending()
         try:
+            for call_id in pending.restarted:
+                realtime.publish_guidance_restart(call_id)
             realtime.publish_tokens(pending.tokens)
+            for call_id, text in pending.replaced:
+                realtime.publish_guidance_replaced(call_id, text)
         except redis.RedisError:
             log.warning("token publish failed (%d tokens)", len(pending.tokens), exc_info=True)
         if pending.progress:
@@ -379,7 +426,7 @@ class InferenceWorker:
                 # Nothing was written (one transaction): keep the transitions and results for the next flush.
                 log.warning("storing generation results failed; retrying at the next flush", exc_info=True)
                 connection.close()
-                pending.tokens = []  # published already; nothing was recorded since the swap (same thread)
+                pending.tokens, pending.replaced, pending.restarted = [], [], []  # published already
                 self._pending = pending
                 return
             self._acknowledge(stored)
@@ -439,6 +486,7 @@ class InferenceWorker:
             "preemptions": {m: self.stats.get(f"preemptions_{m}", 0) for m in ("swap", "drop", "partial", "paused")},
             "preemptions_total": sum(self.stats.get(f"preemptions_{m}", 0) for m in ("swap", "drop", "partial", "paused")),
             "tokens_total": self.stats["tokens"],
+            "off_protocol_sentences_total": self.guidance.off_protocol_total,
             "iterations_total": self.stats["iterations"],
             "updated_at": round(now, 3),
         }
@@ -462,6 +510,8 @@ class InferenceWorker:
             *(f'triage_inference_preemptions_total{{mode="{k}"}} {v}' for k, v in m["preemptions"].items()),
             "# TYPE triage_inference_tokens_per_second gauge", f"triage_inference_tokens_per_second {m['tokens_per_s']}",
             "# TYPE triage_inference_tokens_total counter", f"triage_inference_tokens_total {m['tokens_total']}",
+            "# TYPE triage_inference_off_protocol_sentences_total counter",
+            f"triage_inference_off_protocol_sentences_total {m['off_protocol_sentences_total']}",
             "# TYPE triage_inference_running gauge", f"triage_inference_running {m['running']}",
             "# TYPE triage_inference_kv_use_ratio gauge", f"triage_inference_kv_use_ratio {m['kv_use']}",
             "# TYPE triage_inference_kv_tokens gauge",

@@ -91,11 +91,8 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
 
 
 @database_sync_to_async
-def _call_guidance(call_id: int) -> tuple[bool, str, str]:
-    call = Call.objects.filter(pk=call_id).only("status", "guidance").first()
-    if call is None:
-        return False, "", ""
-    return True, call.status, call.guidance
+def _call_guidance(call_id: int) -> Call | None:
+    return Call.objects.filter(pk=call_id).only("status", "guidance", "off_protocol_sentences").first()
 
 
 @database_sync_to_async
@@ -109,13 +106,14 @@ class CallConsumer(AsyncJsonWebsocketConsumer):
     call_id = 0
     group = ""
     last_index = -1
+    replaced = False  # the guard replaced the text: later tokens are not shown
 
     async def connect(self) -> None:
         if await _refuse_unless_allowed(self):
             return
         self.call_id = int(self.scope["url_route"]["kwargs"]["call_id"])
-        exists, status, guidance = await _call_guidance(self.call_id)
-        if not exists:
+        call = await _call_guidance(self.call_id)
+        if call is None:
             await self.accept()
             await self.close(code=CLOSE_NOT_FOUND)
             return
@@ -125,15 +123,16 @@ class CallConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         replay = await _replay(self.call_id, -1)
-        final = status in ("done", "failed", "cancelled")
-        if replay.last_index < 0 and not replay.done and guidance:
+        final = call.status in ("done", "failed", "cancelled")
+        if replay.last_index < 0 and not replay.done and call.guidance:
             # The replay log has expired (or this call predates it): the database has the text.
-            await self.send_json({"type": "replay", "text": guidance, "index": -1, "done": final})
+            await self.send_json({"type": "replay", "text": call.guidance, "index": -1, "done": final,
+                                  "off_protocol": call.off_protocol_sentences > 0})
             return
         self.last_index = replay.last_index
-        await self.send_json(
-            {"type": "replay", "text": replay.text, "index": replay.last_index, "done": replay.done or final}
-        )
+        self.replaced = replay.off_protocol
+        await self.send_json({"type": "replay", "text": replay.text, "index": replay.last_index,
+                              "done": replay.done or final, "off_protocol": replay.off_protocol})
 
     async def disconnect(self, code: int) -> None:
         if self.group:
@@ -142,11 +141,15 @@ class CallConsumer(AsyncJsonWebsocketConsumer):
 
     async def call_token(self, message: dict) -> None:
         index = int(message.get("index", -1))
-        if index <= self.last_index:
-            return  # already sent in the replay
+        if index <= self.last_index or self.replaced:
+            self.last_index = max(self.last_index, index)
+            return  # already sent in the replay, or replaced by the protocol's text
         if index > self.last_index + 1:
             # A dropped group message: fill the hole from the replay log, which is written first.
             missing = await _replay(self.call_id, self.last_index)
+            if missing.off_protocol:
+                await self.call_guidance({"text": missing.text})
+                return
             if missing.last_index >= index:
                 self.last_index = missing.last_index
                 await self.send_json({"type": "token", "index": missing.last_index, "text": missing.text})
@@ -154,9 +157,17 @@ class CallConsumer(AsyncJsonWebsocketConsumer):
         self.last_index = index
         await self.send_json({"type": "token", "index": index, "text": message.get("text", "")})
 
+    async def call_guidance(self, message: dict) -> None:
+        self.replaced = True
+        await self.send_json({"type": "guidance", "text": message.get("text", ""), "off_protocol": True})
+
+    async def call_restart(self, message: dict) -> None:
+        self.last_index, self.replaced = -1, False
+        await self.send_json({"type": "restart"})
+
     async def call_done(self, message: dict) -> None:
         missing = await _replay(self.call_id, self.last_index)
-        if missing.text:
+        if missing.text and not self.replaced:
             self.last_index = missing.last_index
             await self.send_json({"type": "token", "index": missing.last_index, "text": missing.text})
         await self.send_json({"type": "done", "status": message.get("status", "done")})

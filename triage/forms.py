@@ -63,3 +63,13 @@ class SearchForm(forms.Form):
 
         super().__init__(*args, **kwargs)
         self.fields["status"].choices = [("", "Any")] + list(CallStatus.choices)
+
+
+class ProtocolForm(forms.Form):
+    """A dispatcher picks another dispatch protocol; the choices are the library's, read when the form is made."""
+
+    protocol = forms.ChoiceField(label="Protocol to follow")
+
+    def __init__(self, *args: object, choices: list[tuple[str, str]], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["protocol"].choices = choices

@@ -50,7 +50,7 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     CallStatus.PREEMPTED: frozenset(
         {CallStatus.PREFILLING, CallStatus.DECODING, CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED}
     ),
-    CallStatus.DONE: frozenset(),
+    CallStatus.DONE: frozenset({CallStatus.QUEUED}),  # a protocol switch generates the guidance again
     CallStatus.FAILED: frozenset({CallStatus.QUEUED}),  # a supervisor may retry a failed call
     CallStatus.CANCELLED: frozenset(),
 }
@@ -213,6 +213,16 @@ class Call(models.Model):
     guidance = models.TextField(blank=True)
     output_tokens = models.PositiveIntegerField(default=0)
     failure_reason = models.CharField(max_length=300, blank=True)
+    # The plan the guidance was generated under (inference.guidance.plan), and what the stream guard found.
+    guidance_protocol = models.CharField(max_length=40, blank=True, help_text='Protocol id read out, or "unclear"')
+    guidance_protocol_version = models.PositiveSmallIntegerField(null=True, blank=True)
+    guidance_band = models.CharField(max_length=8, blank=True, help_text="The ESI band whose text was read out")
+    off_protocol_sentences = models.PositiveIntegerField(
+        default=0, help_text="Sentences the stream guard found off protocol; when any, the guidance stored and "
+        "shown is the protocol's own text"
+    )
+    # Bumped when the dispatcher switches protocol: a result generated before the switch is not stored.
+    guidance_generation = models.PositiveIntegerField(default=0)
 
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     acknowledged_by = models.ForeignKey(
@@ -274,6 +284,11 @@ class TriageAssessment(models.Model):
     protocol_runner_up_confidence = models.FloatField(null=True, blank=True)
     protocol_family = models.CharField(max_length=40, blank=True, help_text="Family of the top protocol")
     protocol_library = models.CharField(max_length=60, blank=True, help_text="Protocol library version the selection used")
+    protocol_switched_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+",
+        help_text="The dispatcher who switched the protocol (then `protocol` is their choice, not the selector's)",
+    )
+    protocol_switched_at = models.DateTimeField(null=True, blank=True)
 
     override_esi = models.PositiveSmallIntegerField(null=True, blank=True, validators=ESI_VALIDATORS)
     overridden_by = models.ForeignKey(

@@ -17,6 +17,11 @@ Inference worker, per generated token (``publish_tokens`` does both steps for yo
     1. ``XADD triage:tokens:<call_id> * index <i> text <t>`` — the replay log, written first;
        ``index`` counts from 0 without gaps for the call's output.
     2. ``group_send("call.<call_id>", {"type": "call.token", "index": i, "text": t})``.
+    When the stream guard finds a sentence off protocol (``publish_guidance_replaced``):
+    ``XADD triage:tokens:<call_id> * replace <the protocol's own text>`` and ``group_send(..., {"type":
+    "call.guidance", "text", "off_protocol": true})``: from then on the call shows that text, not the model's.
+    When a call's guidance is regenerated (a protocol switch; ``publish_guidance_restart``):
+    ``XADD triage:tokens:<call_id> * restart 1`` and ``{"type": "call.restart"}``: indices count from 0 again.
     When a call's generation ends (done, failed or cancelled; ``publish_call_done``):
     ``XADD triage:tokens:<call_id> * done 1 status <status>``, ``EXPIRE`` the stream
     (``TOKEN_STREAM_TTL_S``; ``Call.guidance`` in the database is the record after that) and
@@ -40,9 +45,11 @@ Dashboard socket ``ws/dashboard/`` (server → browser JSON)
     The call and metrics shapes are built by ``triage.selectors.queue``.
 
 Call socket ``ws/calls/<id>/`` (server → browser JSON)
-    ``{"type": "replay", "text", "index", "done"}`` once on connect: everything generated so far
-    (``index`` is the last token's index, -1 for none), then ``{"type": "token", "index", "text"}``
-    per token and ``{"type": "done", "status"}``.
+    ``{"type": "replay", "text", "index", "done", "off_protocol"}`` once on connect: everything generated so
+    far (``index`` is the last token's index, -1 for none; with ``off_protocol``, ``text`` is the protocol's
+    own), then ``{"type": "token", "index", "text"}`` per token, ``{"type": "guidance", "text",
+    "off_protocol": true}`` when the guard replaces the text, ``{"type": "restart"}`` when it is regenerated,
+    and ``{"type": "done", "status"}``.
 """
 
 from __future__ import annotations
@@ -262,28 +269,45 @@ def publish_call_done(call_id: int, status: str = "done") -> None:
     _group_send_many_groups([(call_group(call_id), {"type": "call.done", "status": status})])
 
 
+def publish_guidance_replaced(call_id: int, text: str) -> None:
+    """The stream guard found a sentence off protocol: the call shows ``text`` (the protocol's own) instead."""
+    redis_client().xadd(token_stream_key(call_id), {"replace": text})
+    _group_send_many_groups([(call_group(call_id), {"type": "call.guidance", "text": text, "off_protocol": True})])
+
+
+def publish_guidance_restart(call_id: int) -> None:
+    """The call's guidance is generated again from the start (its protocol was switched)."""
+    redis_client().xadd(token_stream_key(call_id), {"restart": 1})
+    _group_send_many_groups([(call_group(call_id), {"type": "call.restart"})])
+
+
 @dataclass
 class TokenReplay:
     text: str
     last_index: int
     done: bool
     status: str | None
+    off_protocol: bool = False  # ``text`` is the protocol's own: the guard replaced what the model said
 
 
 def read_token_replay(call_id: int, *, after_index: int = -1) -> TokenReplay:
-    """The tokens generated so far for a call (those after ``after_index``), from its replay log."""
+    """The guidance so far for a call (the tokens after ``after_index`` of its latest generation), from its
+    replay log; after a guard's replacement, the replacement and no later tokens."""
     entries = redis_client().xrange(token_stream_key(call_id))
     parts: list[str] = []
-    last, done, status = after_index, False, None
+    last, done, status, replaced = after_index, False, None, False
     for _id, fields in entries:
-        if "done" in fields:
+        if "restart" in fields:
+            parts, last, done, status, replaced = [], -1, False, None, False
+        elif "replace" in fields:
+            parts, replaced = [fields["replace"]], True
+        elif "done" in fields:
             done, status = True, fields.get("status") or "done"
-            continue
-        index = int(fields.get("index", -1))
-        if index > last:
-            parts.append(fields.get("text", ""))
-            last = index
-    return TokenReplay(text="".join(parts), last_index=last, done=done, status=status)
+        elif int(fields.get("index", -1)) > last:
+            last = int(fields["index"])
+            if not replaced:
+                parts.append(fields.get("text", ""))
+    return TokenReplay(text="".join(parts), last_index=last, done=done, status=status, off_protocol=replaced)
 
 
 # --- sending ---------------------------------------------------------------------------------------

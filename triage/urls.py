@@ -24,6 +24,7 @@ urlpatterns = [
     path("calls/<int:pk>/acknowledge/", views.call_acknowledge_view, name="call-acknowledge"),
     path("calls/<int:pk>/close/", views.call_close_view, name="call-close"),
     path("calls/<int:pk>/cancel/", views.call_cancel_view, name="call-cancel"),
+    path("calls/<int:pk>/protocol/", views.call_protocol_view, name="call-protocol"),
     # daphne serves no static files itself; the board's few files are served from the finders
     re_path(r"^static/(?P<path>.*)$", serve_static, {"insecure": True}),
 ]

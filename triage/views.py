@@ -19,14 +19,15 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from triage.forms import OUTCOME_SUGGESTIONS, CancelForm, CloseForm, OverrideForm, SearchForm
+from triage.forms import OUTCOME_SUGGESTIONS, CancelForm, CloseForm, OverrideForm, ProtocolForm, SearchForm
 from triage.models import Call, CallStatus
 from triage.roles import has_any_role, is_dispatcher, is_supervisor
-from triage.selectors.queue import is_live, protocol_state
+from triage.selectors.queue import is_live, protocol_choices, protocol_state
 from triage.services.board import CLOSABLE_STATUSES, call_acknowledge, call_close
 from triage.services.calls import call_cancel
 from triage.services.errors import DomainError
 from triage.services.overrides import call_override_level
+from triage.services.protocols import SWITCHABLE, call_switch_protocol
 
 SEARCH_PAGE_SIZE = 50
 
@@ -47,6 +48,8 @@ def _call_context(request: HttpRequest, call: Call) -> dict:
         "can_cancel": call.is_active,
         "can_close": call.status in CLOSABLE_STATUSES and call.closed_at is None,
         "override_form": OverrideForm(initial={"level": call.level}),
+        "can_switch_protocol": call.status in SWITCHABLE and getattr(call, "assessment", None) is not None,
+        "protocol_choices": protocol_choices(),
         "close_form": CloseForm(),
         "cancel_form": CancelForm(),
         "outcome_suggestions": OUTCOME_SUGGESTIONS,
@@ -125,7 +128,7 @@ def _is_htmx(request: HttpRequest) -> bool:
 
 
 def _action(
-    request: HttpRequest, pk: int, form_class: type | None, perform: Callable[[Call, dict], str]
+    request: HttpRequest, pk: int, form_class: Callable | None, perform: Callable[[Call, dict], str]
 ) -> HttpResponse:
     if not is_dispatcher(request.user):
         raise PermissionDenied("Only dispatchers and supervisors may act on calls.")
@@ -196,3 +199,13 @@ def call_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
         return f"Call {call.pk} cancelled."
 
     return _action(request, pk, CancelForm, perform)
+
+
+@login_required
+@require_POST
+def call_protocol_view(request: HttpRequest, pk: int) -> HttpResponse:
+    def perform(call: Call, data: dict) -> str:
+        call_switch_protocol(call=call, protocol=data["protocol"], user=request.user)
+        return f"Call {call.pk} now follows {dict(protocol_choices())[data['protocol']]}; its guidance is generated again."
+
+    return _action(request, pk, lambda post: ProtocolForm(post, choices=protocol_choices()), perform)

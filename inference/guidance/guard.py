@@ -82,3 +82,35 @@ class StreamGuard:
         verdict = Verdict(sentence, self.check(sentence))
         self.verdicts.append(verdict)
         return [verdict]
+
+
+class StreamGuards:
+    """One ``StreamGuard`` per live request (the inference worker's): started when a request is admitted with
+    its plan's sentences, fed each token's text, finished when it completes. A request without a plan is not
+    guarded. Not thread-safe: the engine loop's thread owns it."""
+
+    def __init__(self, similarity: Similarity | None = None, threshold: float | None = None) -> None:
+        self._guards: dict[str, StreamGuard] = {}
+        self._similarity = similarity
+        self._threshold = threshold
+
+    def start(self, request_id: str, sentences: Iterable[str]) -> None:
+        self._guards[request_id] = StreamGuard(sentences, self._similarity, self._threshold)
+
+    def started(self, request_id: str) -> bool:
+        return request_id in self._guards
+
+    def feed(self, request_id: str, text: str) -> list[Verdict]:
+        guard = self._guards.get(request_id)
+        return guard.feed(text) if guard is not None else []
+
+    def finish(self, request_id: str) -> tuple[int, list[Verdict]]:
+        """The request's off-protocol count over the whole stream, and the verdicts of its last sentence."""
+        guard = self._guards.pop(request_id, None)
+        if guard is None:
+            return 0, []
+        last = guard.finish()
+        return guard.off_protocol, last
+
+    def forget(self, request_id: str) -> None:
+        self._guards.pop(request_id, None)

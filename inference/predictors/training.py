@@ -5,11 +5,11 @@
   both; its decision thresholds are tuned on out-of-fold predictions (one fold per author, judged with the
   algorithm as served), then the head is fitted on all of it.
 - Protocol: a logistic regression on the same inputs, its confidence threshold tuned the same way.
-- Output length: ridge regression on the n-grams of the template corpus (``fixtures/calls/calls.jsonl``), whose
-  calls carry the guidance LLM's measured output lengths.
+- Output length: ridge regression on the same n-grams, labelled with the guidance LLM's measured output length
+  for each written call (``build_models``), else with the length of the protocol text it would read out.
 - Evaluation through the saved bundle, side by side: the independent evaluation set
   (``fixtures/evaluation/independent/``, never trained or tuned on), the development set, the written corpus
-  out of fold (the in-distribution number), and the template corpus' test split.
+  out of fold (the in-distribution number), and the template corpus' test split (ESI only).
 
     from inference.predictors.training import FULL, train
     metrics = train(FULL, out_dir=Path("models/predictors"))
@@ -54,7 +54,7 @@ from .length_labels import length_labels
 from .model_card import render_model_card, render_reliability
 from .ngrams import CallInputs, NgramVectoriser
 
-DEFAULT_CORPUS = REPO_ROOT / "fixtures" / "calls" / "calls.jsonl"  # the template corpus: output lengths
+DEFAULT_CORPUS = REPO_ROOT / "fixtures" / "calls" / "calls.jsonl"  # the template corpus: a reference point
 WRITTEN_CORPUS = REPO_ROOT / "fixtures" / "calls" / "written"  # the ESI training corpus
 EVALUATION_DIR = REPO_ROOT / "fixtures" / "evaluation"
 EVALUATION_SETS = ("independent", "development")
@@ -69,7 +69,6 @@ class TrainingConfig:
     protocol: HeadConfig
     seed: int = 20261122
     train_limit: int | None = None  # a stratified subset of the written corpus, for the tiny config
-    length_train_limit: int | None = None  # of the template corpus' train split
     test_limit: int | None = None  # of the template corpus' test split
     eval_limit: int | None = None  # of each evaluation set
     max_n: int = 2  # word n-grams up to pairs
@@ -91,7 +90,6 @@ TINY = TrainingConfig(
     protocol=HeadConfig(l2=1e-4, class_weight_power=0.5),
     min_df=2,
     train_limit=300,
-    length_train_limit=300,
     test_limit=120,
     eval_limit=80,
 )
@@ -124,11 +122,6 @@ def stratified_subset(records: Sequence[Record], limit: int | None, seed: int) -
 
 def esi_training_records(config: TrainingConfig, path: Path = WRITTEN_CORPUS) -> list[Record]:
     return stratified_subset(load_corpus(path), config.train_limit, config.seed)
-
-
-def training_records(corpus: Sequence[Record], config: TrainingConfig) -> list[Record]:
-    """The template corpus' train split: the output-length head's training data."""
-    return stratified_subset([r for r in corpus if r["split"] == "train"], config.length_train_limit, config.seed)
 
 
 def evaluation_records(corpus: Sequence[Record], config: TrainingConfig) -> list[Record]:
@@ -231,17 +224,16 @@ def train_esi(
 
 
 def train_length(
-    vectoriser: NgramVectoriser, train: Sequence[Record], labels: dict[str, int], config: TrainingConfig
+    inputs: CallInputs, train: Sequence[Record], labels: dict[str, int], config: TrainingConfig
 ) -> LengthPredictor:
-    rows = [r for r in train if r["id"] in labels]
+    """``inputs``: the heads' inputs for ``train`` (``call_inputs``); ``labels``: output tokens by call id."""
+    rows = [i for i, r in enumerate(train) if r["id"] in labels]
     if not rows:
         raise ValueError("no length labels for any training call")
-    log_tokens = torch.tensor([math.log(labels[r["id"]]) for r in rows], dtype=torch.float32)
+    log_tokens = torch.tensor([math.log(labels[train[i]["id"]]) for i in rows], dtype=torch.float32)
     mean, std = float(log_tokens.mean()), float(log_tokens.std().clamp(min=1e-3)) if len(rows) > 1 else 1.0
-    texts = [r["transcript"] for r in rows]
-    inputs = CallInputs(tuple(vectoriser.rows(texts)), vectoriser.dim, ((),) * len(rows), 0)
-    head = fit_length_head(inputs, (log_tokens - mean) / std, config.length)
-    return LengthPredictor(head, mean, std, max_tokens=2 * max(labels[r["id"]] for r in rows))
+    head = fit_length_head(inputs.subset(rows), (log_tokens - mean) / std, config.length)
+    return LengthPredictor(head, mean, std, max_tokens=2 * max(labels[train[i]["id"]] for i in rows))
 
 
 # ----------------------------------------------------------------------------- evaluation
@@ -277,15 +269,20 @@ def evaluate_lengths(
 
 
 def evaluate_sets(
-    predictor: TriagePredictor, config: TrainingConfig, family_of: dict[str, str] | None = None
+    predictor: TriagePredictor, config: TrainingConfig, family_of: dict[str, str] | None = None,
+    lengths_path: Path | None = None, baseline_tokens: int = 1,
 ) -> dict[str, Any]:
-    """Every independently written evaluation set, through the serving path."""
+    """Every independently written evaluation set, through the serving path; output lengths against the same
+    label source as training."""
     out = {}
     for name in EVALUATION_SETS:
         records = evaluation_set(name, config)
         if records:
+            predictions = predict_records(predictor, records)
+            labels, _ = length_labels(records, lengths_path)
             out[name] = {"path": str((EVALUATION_DIR / name).relative_to(REPO_ROOT)),
-                         **evaluate(predict_records(predictor, records), records, family_of)}
+                         **evaluate(predictions, records, family_of),
+                         "length": evaluate_lengths(predictions, records, labels, baseline_tokens)}
     return out
 
 
@@ -303,10 +300,8 @@ def train(
     with deterministic(config.seed, config.threads):
         catalogue = load_catalogue()
         written = esi_training_records(config, written_path)
-        corpus = load_corpus(corpus_path)
-        length_train, template_test = training_records(corpus, config), evaluation_records(corpus, config)
-        log(f"{config.name}: {len(written)} written calls for ESI and protocol, {len(length_train)} template calls "
-            "for length; reading findings…")
+        template_test = evaluation_records(load_corpus(corpus_path), config)
+        log(f"{config.name}: {len(written)} written calls for ESI, protocol and length; reading findings…")
         texts = [r["transcript"] for r in written]
         vectoriser = NgramVectoriser.fit(texts, max_n=config.max_n, min_df=config.min_df)
         names = feature_names(catalogue)
@@ -317,30 +312,28 @@ def train(
         protocol, protocol_validation = train_protocol(
             inputs, [r["protocol"] for r in written], author_folds(written), library.ids, family_of, config.protocol,
         )
-        labels, label_source = length_labels([*length_train, *template_test], lengths_path)
-        length = train_length(vectoriser, length_train, labels, config)
+        labels, label_source = length_labels(written, lengths_path)
+        length = train_length(inputs, written, labels, config)
         manifest = _manifest(config, label_source, vectoriser.dim, catalogue.label, library.label)
         version = write_bundle(out_dir, vectoriser=vectoriser, esi=esi, length=length, protocol=protocol,
                                manifest=manifest)
         trained_s = time.perf_counter() - started
         log(f"trained {version} in {trained_s:.1f} s; evaluating through the saved bundle…")
         predictor = read_bundle(out_dir)
-        template_predictions = predict_records(predictor, template_test)
-        baseline = round(statistics.median(labels[r["id"]] for r in length_train if r["id"] in labels))
+        baseline = round(statistics.median(labels.values()))
         metrics = {
             "version": version,
             "catalogue": catalogue.label,
             "n_terms": vectoriser.dim,
             "config": asdict(config),
-            "corpus": _corpus_facts(written_path, written, corpus_path, length_train, template_test),
+            "corpus": _corpus_facts(written_path, written, corpus_path, template_test),
             "length_label_source": label_source,
             "thresholds": list(esi.thresholds),
             "validation": validation,
             "protocol_validation": protocol_validation,
             "protocol_library": library.label,
-            "evaluation": evaluate_sets(predictor, config, family_of),
-            "test": {**evaluate(template_predictions, template_test, family_of),
-                     "length": evaluate_lengths(template_predictions, template_test, labels, baseline)},
+            "evaluation": evaluate_sets(predictor, config, family_of, lengths_path, baseline),
+            "test": evaluate(predict_records(predictor, template_test), template_test, family_of),
             "timing": {"train_s": round(trained_s, 1), "total_s": round(time.perf_counter() - started, 1)},
         }
     (out_dir / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
@@ -366,7 +359,7 @@ def _relative(path: Path) -> str:
 
 
 def _corpus_facts(
-    written_path: Path, written: list[Record], corpus_path: Path, length_train: list[Record], template_test: list[Record]
+    written_path: Path, written: list[Record], corpus_path: Path, template_test: list[Record]
 ) -> dict[str, Any]:
     files = sorted(written_path.glob("*.jsonl")) if written_path.is_dir() else [written_path]
     digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()
@@ -377,7 +370,6 @@ def _corpus_facts(
         "written_authors": len({r["id"].split("-")[0] for r in written}),
         "path": _relative(corpus_path),
         "sha256": file_sha256(corpus_path),
-        "length_train_calls": len(length_train),
         "test_calls": len(template_test),
         "test_templates": len({r["template_id"] for r in template_test}),
     }

@@ -193,7 +193,8 @@ function esiBadge(call) {
   const note = call.overridden ? ` <span class="override-mark" title="Overridden by a dispatcher (classifier said ESI ${esc(call.predicted_esi)})">overridden</span>` : "";
   const point = call.decision_point ? ` <span class="decision-point" title="ESI decision point">${esc(call.decision_point)}</span>` : "";
   const unsure = call.uncertain ? " <span class=\"uncertain\" title=\"The algorithm and the model disagree, or the probability is split: check the call\">uncertain</span>" : "";
-  return `<span class="esi esi-${call.level}">ESI ${call.level}</span>${point}${unsure}${note}`;
+  const off = call.off_protocol ? " <span class=\"off-protocol-badge\" title=\"The model said something the protocol does not: its guidance was replaced by the protocol's own text\">off-protocol</span>" : "";
+  return `<span class="esi esi-${call.level}">ESI ${call.level}</span>${point}${unsure}${off}${note}`;
 }
 
 function reasonsHtml(call) {
@@ -329,16 +330,17 @@ function refreshPanelSoon() {
 }
 
 function panelFieldsChanged(a, b) {
-  return a.status !== b.status || a.level !== b.level || a.uncertain !== b.uncertain || JSON.stringify(a.protocol) !== JSON.stringify(b.protocol) || a.acknowledged !== b.acknowledged || a.live !== b.live;
+  return a.status !== b.status || a.level !== b.level || a.uncertain !== b.uncertain || a.off_protocol !== b.off_protocol || JSON.stringify(a.protocol) !== JSON.stringify(b.protocol) || a.acknowledged !== b.acknowledged || a.live !== b.live;
 }
 
+const OFF_PROTOCOL_STATE = "off-protocol: the model left the protocol, its own text is shown";
 let guidance = null;
 function openGuidance(id) {
   if (guidance) { guidance.closedByUs = true; guidance.ws.close(); }
   const text = $("guidance-text");
   text.textContent = "";
   setGuidanceState("connecting…");
-  const g = { ws: new WebSocket(wsUrl(`${root.dataset.callWsPath}${id}/`)), lastIndex: -1, done: false, closedByUs: false };
+  const g = { ws: new WebSocket(wsUrl(`${root.dataset.callWsPath}${id}/`)), lastIndex: -1, done: false, closedByUs: false, offProtocol: false };
   guidance = g;
   g.ws.addEventListener("message", (e) => {
     const msg = JSON.parse(e.data);
@@ -346,15 +348,30 @@ function openGuidance(id) {
       text.textContent = msg.text;
       g.lastIndex = msg.index;
       g.done = msg.done;
-      setGuidanceState(msg.done ? "complete" : msg.text ? "streaming…" : "waiting for the model…");
+      g.offProtocol = Boolean(msg.off_protocol);
+      setGuidanceState(g.offProtocol ? OFF_PROTOCOL_STATE : msg.done ? "complete" : msg.text ? "streaming…" : "waiting for the model…");
     } else if (msg.type === "token" && msg.index > g.lastIndex) {
-      text.append(msg.text);
       g.lastIndex = msg.index;
-      setGuidanceState("streaming…");
+      if (!g.offProtocol) {
+        text.append(msg.text);
+        setGuidanceState("streaming…");
+      }
+    } else if (msg.type === "guidance") {
+      // The stream guard found a sentence that is not in the protocol: the protocol's own text is shown.
+      g.offProtocol = true;
+      text.textContent = msg.text;
+      setGuidanceState(OFF_PROTOCOL_STATE);
+    } else if (msg.type === "restart") {
+      g.lastIndex = -1;
+      g.offProtocol = false;
+      g.done = false;
+      text.textContent = "";
+      setGuidanceState("regenerating under the new protocol…");
     } else if (msg.type === "done") {
       g.done = true;
-      setGuidanceState(msg.status === "done" ? "complete" : msg.status);
+      if (!g.offProtocol) setGuidanceState(msg.status === "done" ? "complete" : msg.status);
     }
+    text.classList.toggle("off-protocol", Boolean(g.offProtocol));
     root.dataset.guidanceIndex = String(g.lastIndex);
   });
   g.ws.addEventListener("close", () => {
@@ -457,7 +474,7 @@ function move(delta) {
 
 function panelAction(kind) {
   const panel = $("call-panel");
-  if (kind === "override" || kind === "close") {
+  if (kind === "override" || kind === "close" || kind === "protocol") {
     const opener = panel.querySelector(`[data-open-dialog^="${kind}-dialog"]`);
     if (opener) openDialog(opener.dataset.openDialog);
     return;
@@ -473,7 +490,7 @@ document.addEventListener("keydown", (e) => {
   const actions = {
     j: () => move(1), k: () => move(-1), "?": () => $("help-dialog").showModal(),
     o: () => panelAction("override"), a: () => panelAction("acknowledge"),
-    c: () => panelAction("close"), x: () => panelAction("cancel"),
+    c: () => panelAction("close"), x: () => panelAction("cancel"), p: () => panelAction("protocol"),
   };
   const act = actions[e.key];
   if (act) { e.preventDefault(); act(); }

@@ -199,3 +199,60 @@ def test_guidance_from_the_inference_worker_streams_in(
         worker.stop()
         if worker.process is not None and worker.process.returncode not in (0, -15, None):
             print(worker.log()[-3000:])
+
+
+def test_switching_protocol_regenerates_the_guidance_while_other_calls_keep_streaming(
+    page, board_server, board_celery_worker, dispatcher_login, make_api_client, tiers, request,
+    django_db_blocker, tmp_path,
+):
+    """End to end with the tiny model: the dispatcher presses p, picks another protocol; the call's guidance is
+    generated again under it (audited, same level), and the other calls of the burst still finish."""
+    model_dir: Path = request.getfixturevalue("tiny_guidance_model")
+    env = {**_child_env(django_db_blocker), "INFERENCE_MODEL": str(model_dir), "INFERENCE_DEVICE": "cpu",
+           "INFERENCE_BACKEND": "hf"}
+    worker = ServerProcess(
+        name="inference", argv=[sys.executable, "manage.py", "run_inference_worker", "--max-new-tokens", "160"],
+        env=env, log_path=tmp_path / "inference.log",
+    )
+    worker.start(ready=lambda: worker.process is not None and worker.process.poll() is None, timeout_s=5)
+    try:
+        _, token = make_api_client("cad-switch")
+        open_board(page, board_server, dispatcher_login)
+        transcripts = [ARREST_TRANSCRIPT, "She slipped on the ice and her wrist is swollen, she can move her fingers.",
+                       "My son has a temperature and a sore throat, he's drinking fine.",
+                       "He's choking on a bit of steak, he can't speak or cough!"]
+        for i, transcript in enumerate(transcripts):
+            status, body = post_call(board_server.url, token, {
+                "external_id": f"switch-{i}", "received_at": timezone.now().isoformat(), "transcript": transcript,
+            })
+            assert status == 201, body
+        calls = list(Call.objects.filter(external_id__startswith="switch-").order_by("external_id"))
+        target = calls[1]
+        wait_until(lambda: Call.objects.get(pk=target.pk).level is not None, timeout_s=90)
+        row(page, target.pk).wait_for(timeout=30_000)
+        row(page, target.pk).click()
+        page.wait_for_selector(f'#call-panel [data-call-id="{target.pk}"]')
+        page.keyboard.press("p")
+        dialog = page.locator(f"#protocol-dialog-{target.pk}")
+        dialog.get_by_label(re.compile("Protocol to follow")).select_option("traumatic_injury")
+        dialog.get_by_role("button", name="Switch").click()
+        page.wait_for_selector(f"#action-result-{target.pk} >> text=generated again")
+
+        def regenerated() -> bool:
+            call = Call.objects.get(pk=target.pk)
+            return call.status == CallStatus.DONE and call.guidance_protocol == "traumatic_injury"
+
+        wait_until(regenerated, timeout_s=120)
+        target.refresh_from_db()
+        assert target.level == Call.objects.get(pk=target.pk).level and target.guidance_generation == 1
+        assert target.audit_events.filter(action="call.protocol_switched").exists()
+        wait_until(lambda: all(c.status == CallStatus.DONE for c in Call.objects.filter(pk__in=[c.pk for c in calls])),
+                   timeout_s=120)
+        page.wait_for_function(
+            "() => document.querySelector('#call-panel .protocol')?.textContent.includes('Traumatic injury')", timeout=30_000
+        )
+        screenshot(page, "board-protocol-switched")
+    finally:
+        worker.stop()
+        if worker.process is not None and worker.process.returncode not in (0, -15, None):
+            print(worker.log()[-3000:])

@@ -16,6 +16,8 @@ from triage.realtime import (
     flush_dashboard,
     mark_calls_dirty,
     publish_call_done,
+    publish_guidance_replaced,
+    publish_guidance_restart,
     publish_tokens,
 )
 
@@ -229,7 +231,7 @@ async def test_call_socket_replays_generated_tokens_then_streams_new_ones(make_c
     comm = communicator(f"/ws/calls/{call.pk}/", dispatcher_cookie)
     await comm.connect()
     replay = await comm.receive_json_from(timeout=3)
-    assert replay == {"type": "replay", "text": "Check breathing", "index": 1, "done": False}
+    assert replay == {"type": "replay", "text": "Check breathing", "index": 1, "done": False, "off_protocol": False}
     await publish([(call.pk, 2, " now.")])
     assert await comm.receive_json_from(timeout=3) == {"type": "token", "index": 2, "text": " now."}
     await database_sync_to_async(publish_call_done)(call.pk)
@@ -256,9 +258,49 @@ async def test_call_socket_replays_stored_guidance_when_the_log_has_expired(make
     comm = communicator(f"/ws/calls/{call.pk}/", dispatcher_cookie)
     await comm.connect()
     assert await comm.receive_json_from(timeout=3) == {
-        "type": "replay", "text": "Check breathing.", "index": -1, "done": True,
+        "type": "replay", "text": "Check breathing.", "index": -1, "done": True, "off_protocol": False,
     }
     await comm.disconnect()
+
+
+async def test_an_off_protocol_call_shows_the_protocols_text_and_no_more_model_tokens(make_call, dispatcher_cookie):
+    call = await database_sync_to_async(make_call)(2, "decoding")
+    publish = database_sync_to_async(publish_tokens)
+    await publish([(call.pk, 0, "Keep him warm. "), (call.pk, 1, "Give him whisky.")])
+    comm = communicator(f"/ws/calls/{call.pk}/", dispatcher_cookie)
+    await comm.connect()
+    assert (await comm.receive_json_from(timeout=3))["text"] == "Keep him warm. Give him whisky."
+    await database_sync_to_async(publish_guidance_replaced)(call.pk, "Keep him warm. Call back if he worsens.")
+    assert await comm.receive_json_from(timeout=3) == {
+        "type": "guidance", "text": "Keep him warm. Call back if he worsens.", "off_protocol": True,
+    }
+    await publish([(call.pk, 2, " More whisky.")])
+    await database_sync_to_async(publish_call_done)(call.pk)
+    assert await comm.receive_json_from(timeout=3) == {"type": "done", "status": "done"}  # no token in between
+    await comm.disconnect()
+    late = communicator(f"/ws/calls/{call.pk}/", dispatcher_cookie)  # a board that opens the call afterwards
+    await late.connect()
+    replay = await late.receive_json_from(timeout=3)
+    assert (replay["text"], replay["off_protocol"], replay["done"]) == ("Keep him warm. Call back if he worsens.", True, True)
+    await late.disconnect()
+
+
+async def test_a_regenerated_call_streams_from_the_start_again(make_call, dispatcher_cookie):
+    call = await database_sync_to_async(make_call)(2, "decoding")
+    publish = database_sync_to_async(publish_tokens)
+    await publish([(call.pk, 0, "Old "), (call.pk, 1, "protocol.")])
+    comm = communicator(f"/ws/calls/{call.pk}/", dispatcher_cookie)
+    await comm.connect()
+    assert (await comm.receive_json_from(timeout=3))["index"] == 1
+    await database_sync_to_async(publish_guidance_restart)(call.pk)
+    assert await comm.receive_json_from(timeout=3) == {"type": "restart"}
+    await publish([(call.pk, 0, "New.")])
+    assert await comm.receive_json_from(timeout=3) == {"type": "token", "index": 0, "text": "New."}
+    await comm.disconnect()
+    late = communicator(f"/ws/calls/{call.pk}/", dispatcher_cookie)
+    await late.connect()
+    assert (await late.receive_json_from(timeout=3))["text"] == "New."
+    await late.disconnect()
 
 
 async def test_call_socket_for_an_unknown_call_is_closed_with_4404(dispatcher_cookie):

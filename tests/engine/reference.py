@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from inference.guidance_corpus import example_records, guidance_prompt
+from inference.guidance.corpus import example_records, record_prompt
 
 
 def solo_greedy(backend, prompt_ids: list[int], max_new_tokens: int) -> tuple[int, ...]:
@@ -18,7 +18,6 @@ def solo_greedy(backend, prompt_ids: list[int], max_new_tokens: int) -> tuple[in
 
 
 def corpus_prompts(n: int, stride: int = 5) -> list[str]:
-    """n call prompts from different scenarios of the guidance corpus (from the first four examples of each
-    scenario, the set these tests were written against, so examples added later do not change them)."""
-    records = [r for r in example_records() if int(r["id"].rsplit("-", 1)[1]) < 4]
-    return [guidance_prompt(records[(i * stride) % len(records)]["transcript"]) for i in range(n)]
+    """n served prompts of written calls of different protocols (the tiny model's training calls)."""
+    records = example_records()
+    return [record_prompt(records[(i * stride) % len(records)]) for i in range(n)]

@@ -73,7 +73,9 @@ def test_kv_pressure_evicts_in_the_mode_the_scheduler_chooses_and_outputs_stay_e
     tiny_backend, prompts, solo, eviction, cost, expected_mode
 ):
     # Room for about two requests' KV: urgent arrivals force the paused low-priority caches out.
-    engine = _engine(tiny_backend, batch_size=2, block_size=4, kv_capacity_blocks=40, eviction=eviction, cost=cost)
+    longest = max(len(tiny_backend.encode(p)) for p in prompts) + MAX_NEW
+    engine = _engine(tiny_backend, batch_size=2, block_size=4, kv_capacity_blocks=(2 * longest + 16) // 4,
+                     eviction=eviction, cost=cost)
     for i in range(4):
         engine.add_request(f"low{i}", prompts[i], level=5, predicted_output_tokens=MAX_NEW)
     for _ in range(12):

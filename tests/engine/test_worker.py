@@ -11,13 +11,14 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from inference.guidance_corpus import guidance_prompt
+from inference.guidance.plan import guidance_prompt
 from inference.worker import InferenceWorker, WorkerOptions
 from scheduler.config import SchedulerConfig
 from scheduler.cost import PRESETS
 from scheduler.policies import make_scheduler
 from triage import realtime
-from triage.models import Call, CallStatus, SchedulerSettings
+from triage.models import Call, CallStatus, SchedulerSettings, TriageAssessment
+from triage.selectors.calls import guidance_plan
 from triage.streams import get_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -76,7 +77,7 @@ def _calls(n: int, status: str = CallStatus.QUEUED) -> list[Call]:
 def _enqueue(stream: str, calls: list[Call]) -> list[str]:
     r = get_redis()
     return [
-        r.xadd(stream, {"call_id": c.pk, "level": c.level, "tier": "", "prompt": guidance_prompt(c.transcript),
+        r.xadd(stream, {"call_id": c.pk, "level": c.level, "tier": "", "prompt": c.transcript,
                         "prompt_tokens": 30, "predicted_output_tokens": 24, "enqueued_at": f"{time.time():.6f}"})
         for c in calls
     ]
@@ -148,10 +149,42 @@ def test_a_cancelled_call_stops_generating_and_its_entry_is_acknowledged(make_wo
     assert get_redis().xpending(stream_names["stream"], "inference")["pending"] == 0
 
 
+def _assess(call: Call, protocol: str) -> None:
+    from inference.guidance.library import load_library
+
+    TriageAssessment.objects.create(
+        call=call, predicted_esi=call.level, probabilities=[0.2] * 5, predicted_output_tokens=24, model_version="test",
+        latency_ms=1, protocol=protocol, protocol_family=load_library().protocols[protocol].family,
+    )
+
+
+@pytest.mark.parametrize("finished_first", [False, True])
+def test_a_protocol_switch_generates_the_call_again_under_its_new_protocol(make_worker, stream_names, finished_first):
+    """Whether the old generation is running or already finished (its result not yet stored), the worker admits
+    the call again under the plan the database now gives it; the old result is never stored."""
+    [call] = _calls(1)
+    _assess(call, "fall")
+    worker = make_worker(max_new_tokens=200)
+    worker.start()
+    _enqueue(stream_names["stream"], [call])
+    assert _wait(lambda: str(call.pk) in worker.engine.sequences, 10)
+    if finished_first:
+        while str(call.pk) in worker.engine.sequences:
+            worker._record(worker.engine.step())  # finished in the engine, not flushed
+    TriageAssessment.objects.filter(call=call).update(protocol="choking", protocol_family="cardiorespiratory")
+    Call.objects.filter(pk=call.pk).update(guidance_generation=1)  # what call_switch_protocol did in the web
+    worker.handle_control({"kind": "regenerate", "call_id": call.pk})
+    _run_until(worker, lambda: _all_final([call]))
+    call.refresh_from_db()
+    assert (call.status, call.guidance_protocol, call.guidance_band) == (CallStatus.DONE, "choking", "1-2")
+    assert get_redis().xpending(stream_names["stream"], "inference")["pending"] == 0
+
+
 def test_prometheus_metrics_name_queue_depth_preemptions_tokens_and_kv_use(make_worker):
     text = make_worker().prometheus_text()
     for name in ("triage_inference_queue_depth{esi=\"1\"}", "triage_inference_preemptions_total{mode=\"swap\"}",
-                 "triage_inference_tokens_per_second", "triage_inference_kv_use_ratio"):
+                 "triage_inference_tokens_per_second", "triage_inference_kv_use_ratio",
+                 "triage_inference_off_protocol_sentences_total"):
         assert name in text
 
 
@@ -233,14 +266,15 @@ def test_an_entry_left_by_another_database_generates_the_call_its_id_now_names(m
     [call] = _calls(1)
     Call.objects.filter(pk=call.pk).update(level=2)
     get_redis().xadd(stream_names["stream"], {
-        "call_id": call.pk, "level": 5, "tier": "", "prompt": guidance_prompt("I need directions to the pharmacy."),
+        "call_id": call.pk, "level": 5, "tier": "", "prompt": "I need directions to the pharmacy.",
         "prompt_tokens": 12, "predicted_output_tokens": 24, "enqueued_at": "1000.0", "accepted_at": "1000.0",
     })
     worker = make_worker()
     worker.start()
     assert _wait(lambda: str(call.pk) in worker.engine.sequences, 10)
     sequence = worker.engine.sequences[str(call.pk)]
-    assert worker.engine.codec.decode(sequence.token_ids[: sequence.prompt_len]) == guidance_prompt(call.transcript)
+    plan = guidance_plan(protocol="", family="", level=2, patient_age=None)  # a call assessed with no protocol
+    assert worker.engine.codec.decode(sequence.token_ids[: sequence.prompt_len]) == guidance_prompt(plan, call.transcript)
     assert sequence.request.level == 2
     assert sequence.request.arrival_s == pytest.approx(Call.objects.get(pk=call.pk).created_at.timestamp())
 

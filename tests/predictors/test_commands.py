@@ -80,8 +80,8 @@ def training_calls(monkeypatch) -> dict:
         seen.update(config=config, **kwargs)
         esi = {"under_triage_rate": 0.0, "accuracy": 1.0, "over_triage_rate": 0.0, "n": 3,
                "per_level": {"1": {"recall": 1.0}}}
-        return {"version": "v", "catalogue": "c", "evaluation": {"independent": {"esi": esi}},
-                "test": {"esi": esi, "length": {"mae_tokens": 1.0}}, "length_label_source": "real",
+        return {"version": "v", "catalogue": "c", "evaluation": {"independent": {"esi": esi, "length": {"mae_tokens": 1.0}}},
+                "test": {"esi": esi}, "length_label_source": "real",
                 "timing": {"train_s": 0.1}}
 
     monkeypatch.setattr(training, "train", fake_train)

@@ -73,11 +73,14 @@ def test_real_output_lengths_are_preferred_over_the_proxy(tmp_path):
 
 
 def test_without_real_lengths_the_label_source_says_proxy(tmp_path):
+    from inference.guidance.library import load_library
+    from inference.guidance.plan import plan_guidance
     from inference.predictors.length_labels import length_labels
 
-    records = [{"id": "a", "scenario": "fever", "esi": 4, "transcript": "hot"}]
+    records = [{"id": "a", "protocol": "fall", "esi": 4, "transcript": "she slipped and hurt her wrist"}]
     labels, source = length_labels(records, tmp_path / "absent.jsonl", count_tokens=lambda text: len(text.split()))
-    assert source.startswith("proxy:") and labels["a"] >= 1
+    plan = plan_guidance(load_library(), "fall", "trauma", 4, None)
+    assert source.startswith("proxy:") and labels["a"] == len(plan.text.split())
 
 
 def test_threshold_tuning_holds_out_every_call_of_an_author_together():

@@ -35,6 +35,7 @@ from triage.roles import has_any_role, is_dispatcher
 from triage.selectors.calls import call_get, call_list
 from triage.services.calls import call_cancel, call_create
 from triage.services.overrides import OVERRIDE_REASON_MAX_CHARS, call_override_level
+from triage.services.protocols import call_switch_protocol
 
 from .authentication import ApiClientTokenAuthentication
 from .exception_handler import ErrorSerializer
@@ -94,6 +95,8 @@ class ProtocolSelectionOutputSerializer(serializers.Serializer):
     runner_up_confidence = serializers.FloatField(source="protocol_runner_up_confidence", allow_null=True)
     family = serializers.CharField(source="protocol_family")
     library = serializers.CharField(source="protocol_library", help_text="Protocol library version")
+    switched_by = serializers.CharField(source="protocol_switched_by.get_username", allow_null=True, default=None,
+                                        help_text="The dispatcher who switched to this protocol (null: the selector's)")
 
 
 class AssessmentOutputSerializer(serializers.Serializer):
@@ -146,7 +149,15 @@ class CallOutputSerializer(serializers.Serializer):
     location_lat = serializers.FloatField(allow_null=True)
     location_lon = serializers.FloatField(allow_null=True)
     guidance = serializers.CharField(allow_blank=True)
+    guidance_protocol = serializers.CharField(allow_blank=True, help_text='The protocol the guidance read out, or "unclear"')
+    guidance_protocol_version = serializers.IntegerField(allow_null=True)
+    off_protocol = serializers.SerializerMethodField(
+        help_text="The stream guard found a sentence off protocol: `guidance` is the protocol's own text"
+    )
     assessment = serializers.SerializerMethodField()
+
+    def get_off_protocol(self, call: Call) -> bool:
+        return call.off_protocol_sentences > 0
 
     @extend_schema_field(AssessmentOutputSerializer(allow_null=True))
     def get_assessment(self, call: Call) -> dict[str, Any] | None:
@@ -266,32 +277,47 @@ class CallDetailApi(ApiView):
 
 
 class CallOverrideApi(ApiView):
-    """PATCH /api/v1/calls/<id>/ — a dispatcher sets the ESI level, with a reason."""
+    """PATCH /api/v1/calls/<id>/ — a dispatcher sets the ESI level (with a reason), switches the dispatch
+    protocol (the guidance is generated again), or both."""
 
     access = {"PATCH": Access(user_check=is_dispatcher)}
 
-    @extend_schema_serializer(component_name="CallOverrideInput")
+    @extend_schema_serializer(component_name="CallUpdateInput")
     class InputSerializer(StrictSerializer):
-        esi = StrictIntegerField(min_value=1, max_value=5)
-        reason = CleanCharField(max_length=OVERRIDE_REASON_MAX_CHARS)
+        esi = StrictIntegerField(min_value=1, max_value=5, required=False,
+                                 help_text="The new ESI level; `reason` is then required")
+        reason = CleanCharField(max_length=OVERRIDE_REASON_MAX_CHARS, required=False,
+                                help_text="Why the level is overridden (required with `esi`)")
         disputed_reason = CleanCharField(
             max_length=300, required=False, allow_blank=True,
             help_text="Which of the assessment's reasons the dispatcher disagrees with (one of assessment.reasons)",
         )
+        protocol = CleanCharField(max_length=40, required=False,
+                                  help_text="A protocol id of the library: the guidance is generated again under it")
+
+        def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+            if "esi" not in attrs and "protocol" not in attrs:
+                raise serializers.ValidationError({"esi": ["Give esi (with reason) or protocol."],
+                                                   "protocol": ["Give esi (with reason) or protocol."]})
+            if "esi" in attrs and not attrs.get("reason"):
+                raise serializers.ValidationError({"reason": ["A reason is required to override the ESI level."]})
+            return attrs
 
     @extend_schema(
-        operation_id="calls_override_esi", request=InputSerializer, parameters=[CALL_ID],
-        responses={200: CallOutputSerializer, **_errors(409, 413, 415)},
+        operation_id="calls_update", request=InputSerializer, parameters=[CALL_ID],
+        responses={200: CallOutputSerializer, **_errors(409, 413, 415, 503)},
     )
     def patch(self, request: Request, call_id: str) -> Response:
-        """Override the ESI level (dispatcher session + CSRF; a reason is required)."""
+        """Override the ESI level and/or switch the protocol (dispatcher session + CSRF)."""
         serializer = CallOverrideApi.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
         call = self.get_call(call_id)
-        call_override_level(
-            call=call, level=serializer.validated_data["esi"], reason=serializer.validated_data["reason"],
-            disputed_reason=serializer.validated_data.get("disputed_reason", ""), user=request.user,
-        )
+        if "esi" in data:
+            call_override_level(call=call, level=data["esi"], reason=data["reason"],
+                                disputed_reason=data.get("disputed_reason", ""), user=request.user)
+        if "protocol" in data:
+            call_switch_protocol(call=call, protocol=data["protocol"], user=request.user)
         return Response(CallOutputSerializer(self.get_call(call_id)).data)
 
 
@@ -328,6 +354,7 @@ class CallCollectionApi(CallListApi, CallCreateApi):
 
 
 class CallItemApi(CallDetailApi, CallOverrideApi):
-    """/api/v1/calls/<id>/: GET reads (CallDetailApi), PATCH overrides the ESI (CallOverrideApi)."""
+    """/api/v1/calls/<id>/: GET reads (CallDetailApi), PATCH overrides the ESI or switches protocol
+    (CallOverrideApi)."""
 
     access = {**CallDetailApi.access, **CallOverrideApi.access}

@@ -8,8 +8,11 @@ from datetime import datetime
 
 from django.db.models import QuerySet
 
-from inference.guidance_corpus import guidance_prompt
+from inference.guidance.library import UNCLEAR, ProtocolLibrary, load_library
+from inference.guidance.plan import GuidancePlan, guidance_prompt, plan_guidance
 from triage.models import FINAL_STATUSES, ApiClient, Call
+
+UNKNOWN_FAMILY = "unknown"  # the family read when a call has no protocol selection (assessed before selection)
 
 
 def _visible_calls(client: ApiClient | None) -> QuerySet[Call]:
@@ -40,6 +43,26 @@ def call_list(
     return calls.order_by("-created_at", "-id")
 
 
+def guidance_plan(
+    *, protocol: str, family: str, level: int, patient_age: float | None, library: ProtocolLibrary | None = None
+) -> GuidancePlan:
+    """The plan a call's guidance reads out: its selected (or switched-to) protocol's band for its current
+    level, or the family's key questions when the selection is unclear or the protocol is no longer in the
+    library."""
+    library = library or load_library()
+    chosen = library.protocols.get(protocol)
+    if chosen is None:
+        family = family if family in library.families else UNKNOWN_FAMILY
+        return plan_guidance(library, UNCLEAR, family, level, patient_age)
+    return plan_guidance(library, chosen.id, chosen.family, level, patient_age)
+
+
+def call_guidance_plan(call: Call, library: ProtocolLibrary | None = None) -> GuidancePlan:
+    assessment = call.assessment
+    return guidance_plan(protocol=assessment.protocol, family=assessment.protocol_family, level=call.level,
+                         patient_age=assessment.patient_age, library=library)
+
+
 @dataclass(frozen=True)
 class GenerationInput:
     """What the inference worker generates for a call, read from the call itself."""
@@ -49,6 +72,8 @@ class GenerationInput:
     prompt: str
     accepted_at_s: float  # Unix seconds: the scheduler's arrival
     predicted_output_tokens: int | None  # None until the call is triaged
+    plan: GuidancePlan | None  # what the guidance must read out (the stream guard holds it to this)
+    generation: int = 0  # the call's guidance generation: a result of an earlier one is not stored
 
 
 def calls_generation_input(*, call_ids: Iterable[int]) -> dict[int, GenerationInput | None]:
@@ -61,11 +86,18 @@ def calls_generation_input(*, call_ids: Iterable[int]) -> dict[int, GenerationIn
     outlived its database (or that a test run shared) names a call id that may now be another call."""
     rows = Call.objects.filter(pk__in=list(call_ids)).values_list(
         "pk", "status", "level", "tier__name", "transcript", "created_at", "assessment__predicted_output_tokens",
+        "assessment__protocol", "assessment__protocol_family", "assessment__patient_age", "guidance_generation",
     )
-    return {
-        pk: None if status in FINAL_STATUSES else GenerationInput(
-            level=level, tier=tier or "", prompt=guidance_prompt(transcript), accepted_at_s=created_at.timestamp(),
-            predicted_output_tokens=predicted,
+    library = load_library()
+    out: dict[int, GenerationInput | None] = {}
+    for pk, status, level, tier, transcript, created_at, predicted, protocol, family, age, generation in rows:
+        if status in FINAL_STATUSES:
+            out[pk] = None
+            continue
+        plan = None if level is None else guidance_plan(protocol=protocol or "", family=family or "", level=level,
+                                                        patient_age=age, library=library)
+        out[pk] = GenerationInput(
+            level=level, tier=tier or "", prompt=guidance_prompt(plan, transcript) if plan else "",
+            accepted_at_s=created_at.timestamp(), predicted_output_tokens=predicted, plan=plan, generation=generation,
         )
-        for pk, status, level, tier, transcript, created_at, predicted in rows
-    }
+    return out

@@ -70,7 +70,15 @@ def protocol_state(assessment: TriageAssessment | None, library: ProtocolLibrary
         "runner_up": assessment.protocol_runner_up,
         "runner_up_title": title(assessment.protocol_runner_up) if assessment.protocol_runner_up else "",
         "family_title": family.title if family else "",
+        "switched_by": assessment.protocol_switched_by.get_username() if assessment.protocol_switched_by_id else None,
     }
+
+
+def protocol_choices(library: ProtocolLibrary | None = None) -> list[tuple[str, str]]:
+    """Every protocol a dispatcher may switch to, as (id, "Title (family)"), by family then title."""
+    library = library or load_library()
+    rows = sorted(library.protocols.values(), key=lambda p: (library.families[p.family].title, p.title))
+    return [(p.id, f"{p.title} ({library.families[p.family].title})") for p in rows]
 
 
 def call_state(call: Call, library: ProtocolLibrary | None = None) -> dict:
@@ -92,6 +100,7 @@ def call_state(call: Call, library: ProtocolLibrary | None = None) -> dict:
         "reasons": list(assessment.reasons) if assessment else [],
         "uncertain": bool(assessment and assessment.uncertain),
         "protocol": protocol_state(assessment, library),
+        "off_protocol": call.off_protocol_sentences > 0,
         "tier_id": call.tier_id,
         "preemption_count": call.preemption_count,
         "output_tokens": call.output_tokens,

@@ -22,7 +22,10 @@ from .errors import InvalidTransition
 logger = logging.getLogger(__name__)
 
 # Fields a transition may set together with the status (the inference worker's results).
-TRANSITION_UPDATABLE_FIELDS = frozenset({"guidance", "output_tokens", "failure_reason"})
+TRANSITION_UPDATABLE_FIELDS = frozenset({
+    "guidance", "output_tokens", "failure_reason", "guidance_protocol", "guidance_protocol_version", "guidance_band",
+    "off_protocol_sentences", "done_at",
+})
 # Set while a triage task waits in the broker (see ``send_triage_task``).
 def triage_task_pending_key(queue: str) -> str:
     """The Redis key that marks a triage task waiting, not yet started, on Celery queue ``queue``."""

@@ -29,6 +29,13 @@ class Conflict(DomainError):
     code = "conflict"
 
 
+class Unavailable(DomainError):
+    """A service the change needs (Redis) is down; nothing was changed, the client may retry."""
+
+    status_code = 503
+    code = "unavailable"
+
+
 class NotAllowed(DomainError):
     status_code = 403
     code = "permission_denied"

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import transaction
 
+from inference.guidance.plan import GuidancePlan
 from scheduler.config import SchedulerConfig, TierPolicy
 from triage.models import FINAL_STATUSES, Call, CallStatus, SchedulerSettings, Tier
 from triage.services.calls import call_transition
@@ -33,6 +34,27 @@ class CallProgress:
     transitions: list[tuple[str, dict[str, Any], datetime | None]] = field(default_factory=list)
     guidance: str | None = None
     output_tokens: int = 0
+    plan: GuidancePlan | None = None  # the plan the guidance was generated under
+    generation: int = 0  # the call's guidance generation it belongs to
+    off_protocol: int = 0  # sentences the stream guard found off protocol
+
+    def finish(self, *, text: str, output_tokens: int, plan: GuidancePlan | None, generation: int, off_protocol: int,
+               at: datetime | None, reason: str) -> None:
+        """Done: the guidance stored is the model's text, or the protocol's own when any sentence left it."""
+        self.guidance = plan.text if off_protocol and plan is not None else text
+        self.output_tokens, self.plan, self.generation, self.off_protocol = output_tokens, plan, generation, off_protocol
+        self.move(CallStatus.DONE, at=at, output_tokens=output_tokens, reason=reason, off_protocol_sentences=off_protocol,
+                  **({"protocol": plan.protocol, "protocol_version": plan.protocol_version, "band": plan.band}
+                     if plan is not None else {}))
+
+    def result_fields(self) -> dict[str, Any]:
+        plan = self.plan
+        return {
+            "guidance": self.guidance or "", "output_tokens": self.output_tokens,
+            "off_protocol_sentences": self.off_protocol,
+            "guidance_protocol": plan.protocol if plan else "", "guidance_band": plan.band if plan else "",
+            "guidance_protocol_version": plan.protocol_version if plan else None,
+        }
 
     def move(self, to_status: str, *, at: datetime | None = None, **data: Any) -> None:
         if self.transitions and self.transitions[-1][0] == to_status and to_status != CallStatus.PREEMPTED:
@@ -44,7 +66,8 @@ def calls_generation_record(*, progress: Iterable[CallProgress]) -> list[int]:
     """Apply buffered transitions and results in one transaction; returns the ids of calls whose result is now
     stored (or that were already final: nothing more to store), i.e. whose stream entries may be acknowledged.
 
-    A transition the call's current status does not allow (a dispatcher cancelled it meanwhile) is skipped."""
+    A transition the call's current status does not allow (a dispatcher cancelled it meanwhile) is skipped, and
+    so is the result of a generation the dispatcher replaced by switching protocol."""
     stored: list[int] = []
     with transaction.atomic():
         for p in progress:
@@ -59,7 +82,11 @@ def calls_generation_record(*, progress: Iterable[CallProgress]) -> list[int]:
                     continue
                 updates = None
                 if to_status == CallStatus.DONE:
-                    updates = {"guidance": p.guidance or "", "output_tokens": p.output_tokens}
+                    if p.generation != call.guidance_generation:
+                        logger.info("call %s: result of guidance generation %d not stored (now %d)", call.pk,
+                                    p.generation, call.guidance_generation)
+                        break
+                    updates = p.result_fields()
                 try:
                     call_transition(
                         call=call, to_status=to_status, actor=ACTOR, data=data or None, updates=updates, at=at

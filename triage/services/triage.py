@@ -24,10 +24,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from inference.guidance.library import ProtocolLibrary, load_library
-from inference.guidance_corpus import guidance_prompt as llm_guidance_prompt
+from inference.guidance.plan import guidance_prompt as plan_prompt
 from inference.predictors.protocol import ProtocolChoice
 from triage.models import AuditEvent, Call, CallStatus, DecisionPoint, Tier, TriageAssessment
 from triage.realtime import call_changed_on_commit
+from triage.selectors.calls import call_guidance_plan
 from triage.streams import stream_append_many
 
 from .audit import SYSTEM_TRIAGE, Actor, audit_event_build
@@ -64,8 +65,8 @@ def tier_for_level(level: int, tiers: Iterable[Tier] | None = None) -> Tier | No
 
 
 def guidance_prompt(call: Call) -> str:
-    """The text the guidance LLM continues for a call: exactly the format it was trained on."""
-    return llm_guidance_prompt(call.transcript)
+    """The text the guidance LLM continues for a call: its plan (protocol, band, instructions) and the call."""
+    return plan_prompt(call_guidance_plan(call), call.transcript)
 
 
 def estimate_prompt_tokens(prompt: str) -> int:

@@ -99,6 +99,26 @@ def test_a_disputed_reason_that_is_not_the_assessments_is_refused_by_name(redis_
     assert triaged_call.level == 1 and triaged_call.assessment.override_esi is None
 
 
+def test_a_dispatcher_switches_the_protocol_and_the_guidance_is_generated_again(redis_conn, session_api, triaged_call):
+    response = session_api.patch(f"{URL}{triaged_call.pk}/", {"protocol": "choking"}, format="json")
+    assert response.status_code == 200, response.content
+    protocol = response.json()["assessment"]["protocol"]
+    assert (protocol["id"], protocol["family"], protocol["switched_by"]) == ("choking", "cardiorespiratory", "dora")
+    assert response.json()["esi"] == 1  # the level is the call's, not the protocol's
+    event = AuditEvent.objects.get(call=triaged_call, action="call.protocol_switched")
+    assert event.data["to"] == "choking" and event.data["generation"] == 1
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"protocol": "no_such_protocol"}, "protocol"), ({}, "protocol"), ({"esi": 2}, "reason"), ({"reason": "r"}, "esi"),
+])
+def test_a_patch_without_a_valid_change_is_refused_by_name(redis_conn, session_api, triaged_call, body, field):
+    response = session_api.patch(f"{URL}{triaged_call.pk}/", body, format="json")
+    assert response.status_code == 400 and field in response.json()["error"]["fields"], response.content
+    triaged_call.refresh_from_db()
+    assert triaged_call.level == 1 and triaged_call.guidance_generation == 0
+
+
 def test_overriding_an_untriaged_call_is_a_409(redis_conn, session_api, client_and_token):
     call = make_call(client=client_and_token[0])
     response = session_api.patch(f"{URL}{call.pk}/", {"esi": 1, "reason": "r"}, format="json")

@@ -1,6 +1,6 @@
 import pytest
 
-from inference.guidance_corpus import normalise_transcript
+from inference.guidance.plan import normalise_transcript
 from tests.fixtures.predictors import ARREST_TRANSCRIPT
 from tests.fixtures.services import stream_entries
 from tests.triage.factories import make_call
@@ -48,7 +48,10 @@ def test_after_commit_the_call_is_queued_with_one_stream_entry(
     [entry] = stream_entries(redis_conn)
     assert entry["call_id"] == str(call.pk) and entry["level"] == str(prediction.esi) == str(call.level)
     assert entry["tier"] == tiers[prediction.esi - 1].name
-    assert normalise_transcript(transcript) in entry["prompt"]  # the words the model was trained on
+    assert normalise_transcript(transcript) in entry["prompt"]  # the call, in the words the model was trained on
+    protocol = call.assessment.protocol
+    assert f"Protocol: {protocol} v" in entry["prompt"] or f"Protocol: unclear ({call.assessment.protocol_family})" in entry["prompt"]
+    assert "Instructions: " in entry["prompt"]
     assert int(entry["prompt_tokens"]) == estimate_prompt_tokens(entry["prompt"])
     assert int(entry["predicted_output_tokens"]) == prediction.predicted_output_tokens >= 1
     assert float(entry["accepted_at"]) == call.created_at.timestamp() <= float(entry["enqueued_at"])

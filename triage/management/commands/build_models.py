@@ -1,11 +1,14 @@
 """`manage.py build_models`: everything the product's models need, built from fixtures/, deterministically.
 
-1. Train the guidance LLM (tokenizer + small Llama) on call transcript -> reference guidance pairs.
-2. Generate guidance for every call of the corpus with the engine: the REAL output lengths, written to
-   <model>/output_lengths.jsonl, and the probe layer's hidden state at every step.
-3. `train_predictors --lengths <that file>` (the ESI classifier and prompt-only length predictor).
-4. Train the TRAIL length probe on the train split's hidden states, evaluate it on the test split against
-   the prompt-only predictor, and write the model card.
+1. Train the guidance LLM (tokenizer + small Llama) to read out the protocol text its prompt carries: for every
+   written call (fixtures/calls/written/), the plan of its labelled protocol and ESI (inference.guidance.corpus).
+2. Generate with the engine for every written call and every evaluation-set call: the REAL output lengths
+   (<model>/output_lengths.jsonl), the probe layer's hidden states, and whether each guidance reads its plan out.
+3. `train_predictors --lengths <that file>` (the ESI, protocol and length heads).
+4. The served path on the evaluation sets: the trained selector's protocol and level make the plan, the engine
+   generates, the stream guard counts off-protocol sentences.
+5. Train the TRAIL length probe on the hidden states of most authors' calls, evaluate it on the rest, and
+   write the model card.
 """
 
 from __future__ import annotations
@@ -17,25 +20,23 @@ from pathlib import Path
 
 import torch
 from django.conf import settings
-from django.core.management import call_command, get_commands
+from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from tqdm import tqdm
 
 from inference.backends.hf import HFBackend
-from inference.guidance_corpus import (
-    augmented_records,
-    example_records,
-    guidance_fit,
-    guidance_prompt,
-    training_pairs,
-)
+from inference.guidance.corpus import example_records, follows_plan, load_written, record_plan, training_pairs
+from inference.guidance.guard import StreamGuard
+from inference.guidance.library import load_library
+from inference.guidance.plan import GuidancePlan, guidance_prompt, plan_guidance
 from inference.llm_training import FULL_CONFIG, TINY_CONFIG, train_guidance_model
+from inference.predictors import training as predictor_training
 from inference.predictors.length_probe import Trace, evaluate_probe, train_probe
 from scheduler.config import SchedulerConfig
 from scheduler.cost import PRESETS
 from scheduler.policies import make_scheduler
 
-CORPUS = Path(settings.BASE_DIR) / "fixtures" / "calls" / "calls.jsonl"
+PROBE_TEST_AUTHORS = 3  # the last authors in sorted order: the probe is evaluated on calls of authors it never saw
 
 
 class _TraceRecorder:
@@ -53,34 +54,17 @@ class _TraceRecorder:
         pass
 
 
-def load_calls(path: Path, limit: int | None) -> list[dict]:
-    if not path.exists():
-        return []
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    if limit:
-        # Every scenario and split represented: take records round-robin by scenario.
-        by_scenario: dict[str, list[dict]] = {}
-        for r in records:
-            by_scenario.setdefault(r.get("scenario", ""), []).append(r)
-        picked, queues = [], [list(v) for _, v in sorted(by_scenario.items())]
-        while len(picked) < limit and any(queues):
-            for q in queues:
-                if q and len(picked) < limit:
-                    picked.append(q.pop(0))
-        records = picked
-    return records
-
-
-def generate_all(backend: HFBackend, records: list[dict], probe_layer: int, max_new_tokens: int, batch: int,
+def generate_all(backend: HFBackend, prompts: dict[str, str], probe_layer: int, max_new_tokens: int, batch: int,
                  progress: bool) -> tuple[dict[str, int], dict[str, str], _TraceRecorder]:
+    """Greedy guidance for every prompt (by id): output tokens, texts and the probe layer's hidden states."""
     recorder = _TraceRecorder(probe_layer)
     config = SchedulerConfig(policy="fcfs", batch_size=batch, kv_capacity_blocks=1 << 20)
     engine = backend.make_engine(make_scheduler(config, PRESETS["a100-4b"]), max_new_tokens=max_new_tokens,
                                  refiner=recorder)
-    for r in records:
-        engine.add_request(r["id"], guidance_prompt(r["transcript"]), level=3, predicted_output_tokens=64)
+    for rid, prompt in prompts.items():
+        engine.add_request(rid, prompt, level=3, predicted_output_tokens=64)
     lengths, texts = {}, {}
-    bar = tqdm(total=len(records), desc="generating guidance", unit="call", disable=not progress)
+    bar = tqdm(total=len(prompts), desc="generating guidance", unit="call", disable=not progress)
     while engine.has_work():
         for f in engine.step().finished:
             lengths[f.request_id] = f.output_tokens
@@ -90,14 +74,30 @@ def generate_all(backend: HFBackend, records: list[dict], probe_layer: int, max_
     return lengths, texts, recorder
 
 
+def off_protocol_sentences(text: str, plan: GuidancePlan) -> int:
+    """What the stream guard counts for ``text`` streamed under ``plan``."""
+    guard = StreamGuard(plan.template)
+    guard.feed(text)
+    guard.finish()
+    return guard.off_protocol
+
+
+def plan_report(plans: dict[str, GuidancePlan], texts: dict[str, str]) -> dict[str, float | int]:
+    """How many generated texts read their plan out exactly, and the off-protocol sentences among them."""
+    read = sum(follows_plan(texts[rid], plan) for rid, plan in plans.items())
+    off = {rid: off_protocol_sentences(texts[rid], plan) for rid, plan in plans.items()}
+    return {"calls": len(plans), "read_out": read, "read_out_share": round(read / max(1, len(plans)), 4),
+            "off_protocol_sentences": sum(off.values()), "calls_with_off_protocol": sum(n > 0 for n in off.values())}
+
+
 class Command(BaseCommand):
-    help = "Train the guidance LLM, measure its real output lengths, train the predictors and the TRAIL probe."
+    help = ("Train the guidance LLM on protocol plans, measure its real output lengths and whether it reads its "
+            "plan out, train the predictors, check the served path with the stream guard, train the TRAIL probe.")
 
     def add_arguments(self, parser):  # noqa: ANN001
         parser.add_argument("--tiny", action="store_true", help="the small test configuration (fast, CI-safe)")
         parser.add_argument("--out", default=settings.TRIAGE["INFERENCE_MODEL"], help="model directory")
-        parser.add_argument("--corpus", default=str(CORPUS))
-        parser.add_argument("--limit", type=int, default=None, help="use at most N calls of the corpus")
+        parser.add_argument("--limit", type=int, default=None, help="use at most N written calls")
         parser.add_argument("--max-new-tokens", type=int, default=384)
         parser.add_argument("--skip-llm", action="store_true", help="reuse the LLM already at --out")
         parser.add_argument("--skip-predictors", action="store_true", help="do not call train_predictors")
@@ -108,12 +108,9 @@ class Command(BaseCommand):
         torch.set_num_threads(opts["threads"])
         progress = not opts["no_progress"]
         out = Path(opts["out"])
-        calls = load_calls(Path(opts["corpus"]), opts["limit"])
-        if not calls:
-            self.stderr.write(f"no call corpus at {opts['corpus']}: training on the guidance corpus' examples only")
-        train_calls = [r for r in calls if r.get("split", "train") == "train"]
-
-        started = time.perf_counter()
+        written = example_records() if opts["tiny"] else load_written()[: opts["limit"]]
+        evaluation = self._evaluation_records(opts["tiny"])
+        started = mark = time.perf_counter()
         stages: dict[str, float] = {}
 
         def stage_done(name: str, since: float) -> float:
@@ -121,59 +118,84 @@ class Command(BaseCommand):
             stages[name] = round(now - since, 1)
             return now
 
-        mark = started
         if not (opts["skip_llm"] and (out / "config.json").exists()):
             config = TINY_CONFIG if opts["tiny"] else FULL_CONFIG
-            pairs = training_pairs(train_calls + example_records())
-            augmented = augmented_records(train_calls + example_records(), config.augment_copies, config.seed,
-                                          config.augment_keep, config.augment_word_drop,
-                                          config.augment_synonym_rate)
-            stats = train_guidance_model(pairs, out, config, progress=progress, decision_pairs=training_pairs(augmented))
-            self.stdout.write(f"guidance LLM: {stats['parameters']:,} parameters, {stats['examples']} examples "
-                              f"({len(augmented)} augmented), loss {stats['final_loss']:.3f}, {stats['train_s']} s -> {out}")
-
+            stats = train_guidance_model(training_pairs(written, seed=config.seed), out, config, progress=progress)
+            self.stdout.write(f"guidance LLM: {stats['parameters']:,} parameters, {stats['examples']} examples, "
+                              f"loss {stats['final_loss']:.3f}, {stats['train_s']} s -> {out}")
         mark = stage_done("llm", mark)
+
         backend = HFBackend.load(str(out), device="cpu")
         probe_layer = max(1, backend.model.config.num_hidden_layers // 2)
-        records = calls or example_records()
-        lengths, texts, recorder = generate_all(backend, records, probe_layer, opts["max_new_tokens"], 32, progress)
+        library = load_library()
+        labelled = {r["id"]: record_plan(r, library) for r in [*written, *evaluation]}
+        transcripts = {r["id"]: r["transcript"] for r in [*written, *evaluation]}
+        lengths, texts, recorder = generate_all(
+            backend, {rid: guidance_prompt(plan, transcripts[rid]) for rid, plan in labelled.items()},
+            probe_layer, opts["max_new_tokens"], 32, progress,
+        )
         lengths_path = out / "output_lengths.jsonl"
         lengths_path.write_text("".join(json.dumps({"id": rid, "output_tokens": n}) + "\n" for rid, n in lengths.items()))
         with (out / "generated_guidance.jsonl").open("w") as fh:
             for rid, text in texts.items():
                 fh.write(json.dumps({"id": rid, "output_tokens": lengths[rid], "guidance": text}) + "\n")
+        written_ids = {r["id"] for r in written}
+        reports = {
+            "written corpus (labelled plans)": plan_report({k: v for k, v in labelled.items() if k in written_ids}, texts),
+            "evaluation sets (labelled plans)": plan_report({k: v for k, v in labelled.items() if k not in written_ids},
+                                                            texts),
+        }
         self.stdout.write(f"output lengths of {len(lengths)} calls -> {lengths_path}")
         mark = stage_done("generation", mark)
 
         if not opts["skip_predictors"]:
-            if "train_predictors" in get_commands():
-                call_command("train_predictors", lengths=str(lengths_path))
-            else:
-                self.stderr.write("train_predictors is not available yet: predictors not trained")
-
+            call_command("train_predictors", lengths=str(lengths_path), tiny=opts["tiny"])
+            reports["evaluation sets (served path)"] = self._served_path(backend, evaluation, opts["max_new_tokens"])
         mark = stage_done("predictors", mark)
+
+        probe_test = set(sorted({rid.split("-")[0] for rid in written_ids})[-PROBE_TEST_AUTHORS:])
         by_split: dict[str, list[Trace]] = {"train": [], "test": []}
-        split_of = {r["id"]: r.get("split", "train") for r in records}
         for rid, states in recorder.hidden.items():
-            if states:
+            if states and rid in written_ids:
                 trace = Trace(rid, torch.stack(states).float(), lengths[rid])
-                by_split["test" if split_of.get(rid) == "test" else "train"].append(trace)
+                by_split["test" if rid.split("-")[0] in probe_test else "train"].append(trace)
         probe = train_probe(by_split["train"], probe_layer)
         probe.save(out / "length_probe")
-        evaluation = evaluate_probe(probe, by_split["test"] or by_split["train"], self._prompt_only(records))
+        probe_evaluation = evaluate_probe(probe, by_split["test"] or by_split["train"], self._prompt_only(written))
         mark = stage_done("probe", mark)
         if not opts["tiny"]:
             # The scheduler's cost model for this machine (the worker falls back to a GPU preset without it).
             call_command("calibrate", model=str(out), out=str(out.parent / "cost_model.json"),
                          threads=int(os.environ.get("TRIAGE_INFERENCE_THREADS", "1")))
             stage_done("calibrate", mark)
-        fit = guidance_fit(records, texts)
-        (out / "guidance_fit.json").write_text(json.dumps(fit, indent=1))
-        self._write_card(out, backend, lengths, records, probe_layer, evaluation, fit, time.perf_counter() - started)
+        (out / "guidance_plans.json").write_text(json.dumps(reports, indent=1))
+        self._write_card(out, backend, lengths, labelled, probe_layer, probe_evaluation, reports,
+                         time.perf_counter() - started)
         (out / "build_stages.json").write_text(json.dumps(stages, indent=1))
         self.stdout.write(self.style.SUCCESS(
             f"models built in {time.perf_counter() - started:.0f} s ("
             + ", ".join(f"{name} {s:.0f} s" for name, s in stages.items()) + ")"))
+
+    @staticmethod
+    def _evaluation_records(tiny: bool) -> list[dict]:
+        config = predictor_training.TINY if tiny else predictor_training.FULL
+        return [r for name in predictor_training.EVALUATION_SETS for r in predictor_training.evaluation_set(name, config)]
+
+    def _served_path(self, backend: HFBackend, records: list[dict], max_new_tokens: int) -> dict[str, float | int]:
+        """The evaluation sets as served: the trained predictors choose protocol and level, the plan follows
+        them, the engine generates, the stream guard judges every sentence."""
+        from inference.predictors import load_triage_predictor
+
+        library = load_library()
+        predictions = load_triage_predictor().predict([r["transcript"] for r in records])
+        plans = {
+            r["id"]: plan_guidance(library, p.protocol.protocol, library.protocols[p.protocol.likeliest].family, p.esi,
+                                   p.patient_age)
+            for r, p in zip(records, predictions, strict=True)
+        }
+        prompts = {r["id"]: guidance_prompt(plans[r["id"]], r["transcript"]) for r in records}
+        _, texts, _ = generate_all(backend, prompts, 1, max_new_tokens, 32, progress=False)
+        return plan_report(plans, texts)
 
     def _prompt_only(self, records: list[dict]) -> dict[str, float]:
         """The intake's prompt-only length predictions, when its predictors are built."""
@@ -187,38 +209,36 @@ class Command(BaseCommand):
         preds = predictor.predict([r["transcript"] for r in records])
         return {r["id"]: float(p.predicted_output_tokens) for r, p in zip(records, preds, strict=True)}
 
-    def _write_card(self, out: Path, backend: HFBackend, lengths: dict[str, int], records: list[dict],
-                    probe_layer: int, evaluation: list[dict], fit: dict[str, dict], elapsed_s: float) -> None:
+    def _write_card(self, out: Path, backend: HFBackend, lengths: dict[str, int], plans: dict[str, GuidancePlan],
+                    probe_layer: int, evaluation: list[dict], reports: dict[str, dict], elapsed_s: float) -> None:
         training = json.loads((out / "training.json").read_text())
-        by_scenario: dict[str, list[int]] = {}
-        for r in records:
-            by_scenario.setdefault(r.get("scenario", "?"), []).append(lengths.get(r["id"], 0))
+        by_protocol: dict[str, list[int]] = {}
+        for rid, plan in plans.items():
+            by_protocol.setdefault(plan.protocol, []).append(lengths.get(rid, 0))
         lines = [
             "# Guidance LLM — model card", "",
-            f"Llama-architecture causal LM trained from scratch by `manage.py build_models` on the guidance corpus "
-            f"(fixtures/guidance) and the call corpus' train split. {training['parameters']:,} parameters; "
-            f"config `{json.dumps(training['config'])}`; final training loss {training['final_loss']:.3f}; "
-            f"trained in {training['train_s']} s. Greedy decoding. Demonstration model, not clinical advice.", "",
-            "## Output lengths (tokens, greedy, all calls)", "", "| scenario | calls | mean | min | max |",
-            "|---|---|---|---|---|",
+            "Llama-architecture causal LM trained from scratch by `manage.py build_models` to read out the protocol "
+            "text its prompt carries (inference/guidance/plan.py: protocol id and version, ESI band, the band's "
+            "instructions, the call), on the written corpus' calls with their labelled protocol and level "
+            f"(fixtures/calls/written/). {training['parameters']:,} parameters; config "
+            f"`{json.dumps(training['config'])}`; final training loss {training['final_loss']:.3f}; trained in "
+            f"{training['train_s']} s. Greedy decoding. Demonstration model, not clinical advice.", "",
+            "## Does the guidance follow its protocol?", "",
+            "Read out: the generated guidance is the plan's text exactly. Off-protocol sentences: what the stream "
+            "guard (inference/guidance/guard.py, strict) would flag. The served path takes the protocol (or "
+            "`unclear`: the family's key questions) and the level from the trained predictors.", "",
+            "| calls | n | read out exactly | off-protocol sentences | calls with any |", "|---|---|---|---|---|",
+            *(f"| {name} | {r['calls']} | {r['read_out_share']:.1%} | {r['off_protocol_sentences']} | "
+              f"{r['calls_with_off_protocol']} |" for name, r in reports.items()),
+            "", "## Output lengths (tokens, greedy)", "", "| protocol | calls | mean | min | max |", "|---|---|---|---|---|",
         ]
-        for scenario, ls in sorted(by_scenario.items()):
-            lines.append(f"| {scenario} | {len(ls)} | {sum(ls) / len(ls):.0f} | {min(ls)} | {max(ls)} |")
-        lines += [
-            "", "## Does the guidance fit the call?", "",
-            "Share of calls whose greedy guidance opens as the call's reference guidance does (its first "
-            "words name the scenario and what to send). The test split's call templates are unseen in training.", "",
-            "| split | calls | fit |", "|---|---|---|",
-        ]
-        lines += [f"| {split} | {f['calls']} | {f['fit']:.1%} |" for split, f in fit.items()]
-        worst = fit.get("test", {}).get("by_scenario", {})
-        if worst:
-            lines += ["", "Test split by scenario, worst first:", "", "| scenario | calls | fit |", "|---|---|---|"]
-            lines += [f"| {k} | {v['calls']} | {v['fit']:.1%} |" for k, v in sorted(worst.items(), key=lambda kv: kv[1]["fit"])]
+        for protocol, ls in sorted(by_protocol.items()):
+            lines.append(f"| {protocol} | {len(ls)} | {sum(ls) / len(ls):.0f} | {min(ls)} | {max(ls)} |")
         lines += [
             "", f"## TRAIL length probe (layer {probe_layer} of {backend.model.config.num_hidden_layers})", "",
-            "Mean absolute error of the remaining output length on the test split, by decode position: the probe "
-            "with Bayesian smoothing vs the prompt-only predictor (its predicted total minus tokens generated).", "",
+            f"Mean absolute error of the remaining output length on the calls of the last {PROBE_TEST_AUTHORS} "
+            "authors (not trained on), by decode position: the probe with Bayesian smoothing vs the prompt-only "
+            "predictor (its predicted total minus tokens generated).", "",
             "| position | requests | probe MAE | prompt-only MAE |", "|---|---|---|---|",
         ]
         for row in evaluation:

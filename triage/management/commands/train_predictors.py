@@ -27,7 +27,7 @@ class Command(BaseCommand):
             help="JSONL {id, output_tokens} of the guidance LLM's real output lengths "
             "(default: <models>/guidance-llm/output_lengths.jsonl when it exists, else a labelled proxy)",
         )
-        parser.add_argument("--corpus", type=Path, help="template corpus for output lengths (default: fixtures/calls/calls.jsonl)")
+        parser.add_argument("--corpus", type=Path, help="template corpus, scored for reference (default: fixtures/calls/calls.jsonl)")
         parser.add_argument("--written", type=Path, help="ESI training corpus (default: fixtures/calls/written/)")
         parser.add_argument("--seed", type=int, help="override the config's seed")
 
@@ -65,7 +65,7 @@ class Command(BaseCommand):
                     f"{name} set protocol: right {p['right']:.1%}, unclear {p['unclear']:.1%}, "
                     f"wrong and confident {p['wrong_confident']:.1%}"
                 )
+        lengths = ", ".join(f"{name} {r['length']['mae_tokens']:.1f}" for name, r in metrics["evaluation"].items())
         self.stdout.write(
-            f"length MAE {metrics['test']['length']['mae_tokens']:.1f} tokens ({metrics['length_label_source']}); "
-            f"trained in {metrics['timing']['train_s']} s"
+            f"length MAE (tokens) {lengths} ({metrics['length_label_source']}); trained in {metrics['timing']['train_s']} s"
         )
