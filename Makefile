@@ -28,8 +28,10 @@ services:
 browser:
 	bin/ensure-chromium
 
+# Model building signs nothing, but every Django process needs a key: this checkout's own (var/secret-key,
+# the one `manage.py demo` makes), unless the environment names one.
 models: venv
-	$(PY) manage.py build_models
+	DJANGO_SECRET_KEY="$${DJANGO_SECRET_KEY:-$$($(PY) -m triage.local_env)}" $(PY) manage.py build_models
 
 test: venv services browser
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) TRIAGE_CONTROL_CHANNEL=$(TEST_CONTROL_CHANNEL) \
@@ -38,6 +40,8 @@ test: venv services browser
 lint: venv
 	$(VENV)/bin/ruff check .
 
+# `manage.py demo` makes this checkout's secret key under var/ (kept, mode 0600) and runs over plain http on
+# 127.0.0.1 with DEBUG on (triage/local_env.py); production's defaults stay as they are.
 demo: venv services
 	$(PY) manage.py demo
 
