@@ -85,6 +85,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # WhiteNoise, async-capable (triage/middleware.py): static files before sessions and auth touch them
+    "triage.middleware.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -147,7 +149,16 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"] if (BASE_DIR / "static").is_dir() else []
-STATIC_ROOT = VAR_DIR / "staticfiles"
+# `manage.py collectstatic` writes here (git-ignored; the image collects at build); WhiteNoise serves it,
+# compressed. With DEBUG (the demo) it serves straight from static/ and the apps, no collectstatic needed.
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Not the manifest variant: templates then render without a collected manifest (tests, DEBUG).
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = DEBUG
+WHITENOISE_AUTOREFRESH = DEBUG
 
 # Oversized bodies are refused before parsing (413 from the API's exception handler).
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("TRIAGE_MAX_BODY_BYTES", str(256 * 1024)))

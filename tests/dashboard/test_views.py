@@ -46,13 +46,6 @@ def test_user_without_a_role_is_forbidden_the_board(make_user):
     assert client.get("/").status_code == 403
 
 
-def test_vendored_static_files_are_served(dispatcher):
-    for path in ("/static/js/board.js", "/static/vendor/htmx-2.0.11.min.js", "/static/css/board.css"):
-        response = Client().get(path)
-        assert response.status_code == 200, path
-        response.close()
-
-
 def test_override_without_csrf_token_is_refused(make_call, dispatcher):
     call = make_call(4)
     response = csrf_client(dispatcher).post(f"/calls/{call.pk}/override/", {"level": 1, "reason": "worse"})
