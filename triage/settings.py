@@ -3,6 +3,7 @@ and no start without DJANGO_SECRET_KEY. `manage.py demo` opts out explicitly (tr
 variable read here and elsewhere is in docs/configuration.md."""
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -80,6 +81,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "channels",
+    "axes",
     "triage",
 ]
 
@@ -93,6 +95,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # last, as django-axes asks: turns a locked-out login into its lockout response
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "triage.urls"
@@ -135,6 +139,20 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql") and int(os.environ.get(
         "min_size": 2, "max_size": int(os.environ["DATABASE_POOL_MAX"]), "timeout": 10,
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Brute-force protection (django-axes): after LOGIN_FAILURE_LIMIT failed logins for one username from one
+# address, that pair is refused (429) for the cool-off, whatever the password; a success resets the count.
+# Per pair, not per username alone, so nobody can lock a dispatcher out of the board from elsewhere. The
+# address is REMOTE_ADDR: behind a proxy, start daphne with --proxy-headers (docs/configuration.md).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out pair before a password is checked
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = _env_int("TRIAGE_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(seconds=_env_int("TRIAGE_LOGIN_COOLOFF_S", 15 * 60))  # 0: until an admin unlocks
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "triage.views.login_locked_out"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -115,6 +116,14 @@ def call_search(request: HttpRequest) -> HttpResponse:
     query = request.GET.copy()
     query.pop("page", None)
     return render(request, "triage/call_search.html", {"form": form, "page": page, "query": query.urlencode()})
+
+
+def login_locked_out(request: HttpRequest, *_: object) -> HttpResponse:
+    """django-axes' answer to a login from a locked-out username and address (AXES_LOCKOUT_CALLABLE)."""
+    cool_off = settings.AXES_COOLOFF_TIME
+    minutes = -(-int(cool_off.total_seconds()) // 60) if cool_off else None
+    return render(request, "registration/locked_out.html", {"cool_off_minutes": minutes},
+                  status=settings.AXES_HTTP_RESPONSE_CODE)
 
 
 # --- actions -------------------------------------------------------------------------------------
