@@ -33,7 +33,10 @@ COPY inference/__init__.py inference/__init__.py
 # files (fixtures/, templates/, static/) are found whichever entry point (daphne, celery) starts.
 RUN pip install ".${EXTRAS}"
 COPY . .
-RUN mkdir -p /app/var /app/models \
+# Static files collected (and compressed) into the image for WhiteNoise. Settings need a key to load; this
+# throwaway one signs nothing and is not kept in the image.
+RUN DJANGO_SECRET_KEY=collectstatic-at-build-time-only python manage.py collectstatic --noinput \
+ && mkdir -p /app/var /app/models \
  && chown -R triage:triage /app/var /app/models
 
 USER triage

@@ -1,20 +1,74 @@
-"""Settings from the environment, with embedded defaults (SQLite, local Redis, the bundled models)."""
+"""Settings from the environment. Production is the default: DEBUG off, https only, secure cookies, HSTS,
+and no start without DJANGO_SECRET_KEY. `manage.py demo` opts out explicitly (triage/local_env.py); every
+variable read here and elsewhere is in docs/configuration.md."""
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("TRIAGE_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me-in-production")
-DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
-ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",")
-CSRF_TRUSTED_ORIGINS = [
-    o for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o
-]
+_TRUE, _FALSE = {"1", "true", "yes", "on"}, {"0", "false", "no", "off", ""}
+
+
+def _env_flag(name: str, default: bool) -> bool:
+    """A yes/no variable. A value that is neither is refused: a typo must not silently turn security off."""
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    if value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ImproperlyConfigured(f"{name}={value!r}: use 1 or 0.")
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    try:
+        return int(value) if value else default
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={value!r}: expected a whole number.") from None
+
+
+def _env_list(name: str, default: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "").strip()
+if not SECRET_KEY:
+    # No fallback: a fixed key in the repository would let anyone forge sessions and CSRF tokens.
+    raise ImproperlyConfigured(
+        "DJANGO_SECRET_KEY is not set. Set it to a long random value, e.g. "
+        "DJANGO_SECRET_KEY=$(python -c 'import secrets; print(secrets.token_urlsafe(50))'); "
+        "`manage.py demo` makes and keeps its own under var/. See docs/configuration.md."
+    )
+DEBUG = _env_flag("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = _env_list("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver")
+CSRF_TRUSTED_ORIGINS = _env_list("DJANGO_CSRF_TRUSTED_ORIGINS", "")
+
+# --- https -------------------------------------------------------------------------------------------------
+# Behind a TLS-terminating proxy: the proxy must set (and overwrite any client's) this header. "" when
+# clients reach the server directly. The name as sent on the wire, e.g. X-Forwarded-Proto.
+_PROXY_SSL_HEADER = os.environ.get("DJANGO_SECURE_PROXY_SSL_HEADER", "X-Forwarded-Proto").strip()
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_" + _PROXY_SSL_HEADER.upper().replace("-", "_"), "https") if _PROXY_SSL_HEADER else None
+)
+SECURE_SSL_REDIRECT = _env_flag("DJANGO_SECURE_SSL_REDIRECT", True)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _env_flag("DJANGO_SECURE_COOKIES", True)
+# One year, as the HSTS preload list asks; browsers honour the header on https responses only.
+SECURE_HSTS_SECONDS = _env_int("DJANGO_SECURE_HSTS_SECONDS", 365 * 24 * 3600)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_flag("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = _env_flag("DJANGO_SECURE_HSTS_PRELOAD", True)
+# Django's defaults, stated: a board that no other site may frame, no URLs (call ids) leaked to other
+# origins in Referer, no content sniffing.
+X_FRAME_OPTIONS = "DENY"
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
 
 INSTALLED_APPS = [
     "daphne",
@@ -27,17 +81,22 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "channels",
+    "axes",
     "triage",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # WhiteNoise, async-capable (triage/middleware.py): static files before sessions and auth touch them
+    "triage.middleware.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # last, as django-axes asks: turns a locked-out login into its lockout response
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "triage.urls"
@@ -81,6 +140,20 @@ if DATABASES["default"]["ENGINE"].endswith("postgresql") and int(os.environ.get(
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Brute-force protection (django-axes): after LOGIN_FAILURE_LIMIT failed logins for one username from one
+# address, that pair is refused (429) for the cool-off, whatever the password; a success resets the count.
+# Per pair, not per username alone, so nobody can lock a dispatcher out of the board from elsewhere. The
+# address is REMOTE_ADDR: behind a proxy, start daphne with --proxy-headers (docs/configuration.md).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",  # first: refuses a locked-out pair before a password is checked
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = _env_int("TRIAGE_LOGIN_FAILURE_LIMIT", 5)
+AXES_COOLOFF_TIME = timedelta(seconds=_env_int("TRIAGE_LOGIN_COOLOFF_S", 15 * 60))  # 0: until an admin unlocks
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "triage.views.login_locked_out"
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
@@ -94,7 +167,16 @@ USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"] if (BASE_DIR / "static").is_dir() else []
-STATIC_ROOT = VAR_DIR / "staticfiles"
+# `manage.py collectstatic` writes here (git-ignored; the image collects at build); WhiteNoise serves it,
+# compressed. With DEBUG (the demo) it serves straight from static/ and the apps, no collectstatic needed.
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Not the manifest variant: templates then render without a collected manifest (tests, DEBUG).
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = DEBUG
+WHITENOISE_AUTOREFRESH = DEBUG
 
 # Oversized bodies are refused before parsing (413 from the API's exception handler).
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("TRIAGE_MAX_BODY_BYTES", str(256 * 1024)))

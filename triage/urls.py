@@ -1,7 +1,6 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.contrib.staticfiles.views import serve as serve_static
-from django.urls import include, path, re_path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from triage import views
@@ -25,6 +24,4 @@ urlpatterns = [
     path("calls/<int:pk>/close/", views.call_close_view, name="call-close"),
     path("calls/<int:pk>/cancel/", views.call_cancel_view, name="call-cancel"),
     path("calls/<int:pk>/protocol/", views.call_protocol_view, name="call-protocol"),
-    # daphne serves no static files itself; the board's few files are served from the finders
-    re_path(r"^static/(?P<path>.*)$", serve_static, {"insecure": True}),
 ]

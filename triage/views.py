@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -17,6 +18,7 @@ from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from triage.forms import OUTCOME_SUGGESTIONS, CancelForm, CloseForm, OverrideForm, ProtocolForm, SearchForm
@@ -120,7 +122,27 @@ def call_search(request: HttpRequest) -> HttpResponse:
     return render(request, "triage/call_search.html", {"form": form, "page": page, "query": query.urlencode()})
 
 
+def login_locked_out(request: HttpRequest, *_: object) -> HttpResponse:
+    """django-axes' answer to a login from a locked-out username and address (AXES_LOCKOUT_CALLABLE)."""
+    cool_off = settings.AXES_COOLOFF_TIME
+    minutes = -(-int(cool_off.total_seconds()) // 60) if cool_off else None
+    return render(request, "registration/locked_out.html", {"cool_off_minutes": minutes},
+                  status=settings.AXES_HTTP_RESPONSE_CODE)
+
+
 # --- actions -------------------------------------------------------------------------------------
+
+
+def _safe_next(request: HttpRequest, *, fallback: str) -> str:
+    """The form's ``next`` when it stays on this site (same host, no scheme change), else ``fallback``.
+
+    Django's check also refuses scheme-relative (``//evil.example``), backslash (``/\\evil.example``) and
+    control-character tricks that browsers would read as another host.
+    """
+    target = request.POST.get("next", "")
+    if url_has_allowed_host_and_scheme(target, allowed_hosts={request.get_host()}, require_https=request.is_secure()):
+        return target
+    return fallback
 
 
 def _is_htmx(request: HttpRequest) -> bool:
@@ -151,7 +173,7 @@ def _action(
         )
     if ok:
         messages.success(request, message)
-        return redirect(request.POST.get("next") or reverse("call-detail", args=[call.pk]))
+        return redirect(_safe_next(request, fallback=reverse("call-detail", args=[call.pk])))
     context = _call_context(request, _get_call(pk))
     context["action_error"] = message
     context["audit_events"] = call.audit_events.select_related("actor_user").order_by("created_at", "id")

@@ -58,9 +58,12 @@ def test_classify_names_the_line_number_of_a_bad_line(trained_predictors_dir, tm
     assert out.getvalue() == ""  # nothing printed before the error
 
 
-def test_classify_works_when_no_database_is_reachable(trained_predictors_dir, tmp_path):
+def test_classify_works_with_no_database_reachable_and_no_secret_key(trained_predictors_dir, tmp_path):
+    """Scoring calls signs nothing: it runs on production settings without DJANGO_SECRET_KEY."""
     calls = _write(tmp_path / "calls.jsonl", json.dumps({"id": "x", "transcript": "my chest is crushing"}))
-    env = {**os.environ, "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none", "REDIS_URL": "redis://127.0.0.1:1/0"}
+    env = {**os.environ, "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none", "REDIS_URL": "redis://127.0.0.1:1/0",
+           "DJANGO_SETTINGS_MODULE": "triage.settings"}
+    env.pop("DJANGO_SECRET_KEY", None)
     done = subprocess.run(
         [sys.executable, "manage.py", "classify", str(calls)], cwd=REPO, env=env, capture_output=True, text=True,
         timeout=120,

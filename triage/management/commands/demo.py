@@ -65,6 +65,8 @@ class Command(BaseCommand):
         from triage.models import Tier
 
         call_command("migrate", verbosity=0)
+        if not settings.DEBUG:  # `DJANGO_DEBUG=0 manage.py demo`: WhiteNoise serves the collected files only
+            call_command("collectstatic", interactive=False, verbosity=0)
         if not Tier.objects.exists():
             call_command("loaddata", str(Path(settings.BASE_DIR) / "fixtures" / "default_tiers.json"), verbosity=0)
         call_command("seed_demo_users", verbosity=0)
