@@ -149,6 +149,11 @@ class Engine:
     def cancel(self, request_id: str) -> None:
         self.scheduler.cancel(request_id)
 
+    def replace_scheduler(self, successor: Scheduler) -> None:
+        """Hand every live request to ``successor`` (a policy change) and drive it from the next step."""
+        self.scheduler.hand_over(successor, now_s=self.clock())
+        self.scheduler = successor
+
     def reprioritise(self, request_id: str, level: int, tier: str | None = None) -> None:
         self.scheduler.reprioritise(request_id, level, tier)
 

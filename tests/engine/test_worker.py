@@ -12,11 +12,11 @@ from django.db import connection
 from django.utils import timezone
 
 from inference.guidance.plan import guidance_prompt
-from inference.worker import InferenceWorker, WorkerOptions
 from scheduler.config import SchedulerConfig
 from scheduler.cost import PRESETS
 from scheduler.policies import make_scheduler
 from triage import realtime
+from triage.inference_worker import InferenceWorker, WorkerOptions
 from triage.models import Call, CallStatus, SchedulerSettings, TriageAssessment
 from triage.selectors.calls import guidance_plan
 from triage.streams import get_redis

@@ -231,10 +231,10 @@ def test_sigkill_mid_burst_then_restart_loses_no_call_and_regenerates_none_alrea
 
 def test_a_live_workers_entries_are_not_taken_over_by_a_peer_but_a_dead_ones_are(tiny_backend, isolated_stream):
     """The heartbeat: a worker slower than `claim_idle_ms` keeps its calls; once it stops beating they move."""
-    from inference.worker import InferenceWorker, WorkerOptions
     from scheduler.config import SchedulerConfig
     from scheduler.cost import PRESETS
     from scheduler.policies import make_scheduler
+    from triage.inference_worker import InferenceWorker, WorkerOptions
 
     def worker(consumer: str) -> InferenceWorker:
         engine = tiny_backend.make_engine(make_scheduler(SchedulerConfig(), PRESETS["a100-4b"]), max_new_tokens=8)

@@ -13,12 +13,12 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from inference.calibration import load_cost_model
-from inference.worker import InferenceWorker, WorkerOptions
 from scheduler.policies import make_scheduler
+from triage.inference_worker import InferenceWorker, WorkerOptions
 from triage.services.generation import scheduler_config_load
 from triage.streams import get_redis
 
-log = logging.getLogger("inference.worker")
+log = logging.getLogger("triage.inference_worker")
 
 
 def build_engine(model: str, device: str, policy: str | None, max_new_tokens: int):  # noqa: ANN201 - Engine
