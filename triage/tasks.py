@@ -16,7 +16,7 @@ from redis import RedisError
 
 from triage.models import Call, CallStatus
 from triage.services.batching import Predictor, call_triage_micro_batch
-from triage.services.calls import send_triage_task, triage_task_started
+from triage.services.dispatch import send_triage_task, triage_task_slot_release
 from triage.services.triage import calls_enqueue_or_leave_for_sweep
 
 logger = logging.getLogger(__name__)
@@ -54,7 +54,7 @@ def warm_predictor(**_: Any) -> None:
 def triage_call(call_id: int) -> dict[str, Any]:
     """Classify a call and every other waiting one (micro-batches under bursts), record the verdicts, queue
     them for inference."""
-    triage_task_started()
+    triage_task_slot_release()
     outcome = call_triage_micro_batch(call_id=call_id, predictor=load_predictor())
     return {"triaged": outcome.triaged_ids, "skipped": outcome.skipped}
 

@@ -68,11 +68,11 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 def read_bundle(directory: Path):  # -> TriagePredictor (import cycle kept out of the signature)
     from inference.clinical import load_catalogue
 
-    from . import TriagePredictor
     from .esi import EsiClassifier
     from .length import LengthPredictor
     from .linear import LinearHead
     from .ngrams import NgramVectoriser
+    from .predictor import TriagePredictor
     from .protocol import ProtocolClassifier
 
     manifest = read_manifest(directory)

@@ -32,7 +32,8 @@ from scheduler.policies import POLICIES
 from triage.models import Call, CallStatus, SchedulerSettings
 
 from .audit import SYSTEM_TRIAGE
-from .calls import call_transition, send_triage_task
+from .calls import call_transition
+from .dispatch import send_triage_task
 from .triage import Prediction, calls_enqueue_or_leave_for_sweep, calls_triage_record
 
 LINGER_STEP_S = 0.01

@@ -7,16 +7,15 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from redis import RedisError
 
 from triage.models import ALLOWED_TRANSITIONS, STATUS_TIMESTAMP_FIELD, ApiClient, Call, CallStatus
 from triage.realtime import call_changed_on_commit
-from triage.streams import control_publish_on_commit, get_redis
+from triage.streams import control_publish_on_commit
 
 from .audit import Actor, audit_record
+from .dispatch import send_triage_task
 from .errors import InvalidTransition
 
 logger = logging.getLogger(__name__)
@@ -26,15 +25,6 @@ TRANSITION_UPDATABLE_FIELDS = frozenset({
     "guidance", "output_tokens", "failure_reason", "guidance_protocol", "guidance_protocol_version", "guidance_band",
     "off_protocol_sentences", "done_at",
 })
-# Set while a triage task waits in the broker (see ``send_triage_task``).
-def triage_task_pending_key(queue: str) -> str:
-    """The Redis key that marks a triage task waiting, not yet started, on Celery queue ``queue``."""
-    return f"triage:triage-task:pending:{queue}"
-
-
-TRIAGE_TASK_PENDING_KEY = triage_task_pending_key(settings.CELERY_TASK_DEFAULT_QUEUE)
-
-
 def call_create(
     *,
     client: ApiClient | None,
@@ -84,44 +74,6 @@ def call_create(
             raise
         return existing, False
     return call, True
-
-
-def send_triage_task(call_id: int) -> bool:
-    """Hand a call to the Celery triage task; a broker outage is logged, not raised: the sweep re-sends.
-
-    Coalesced: at most one triage task waits in the broker at a time (``TRIAGE_TASK_PENDING_KEY``, set NX
-    with a TTL). A task clears the key before it claims calls and then drains every ``received`` call, so a
-    call committed while the key was set is claimed by the task that set it: under a burst, one publish
-    (~1.5 ms of the web process's CPU) serves many calls. Without Redis the task is sent anyway."""
-    from triage.tasks import triage_call  # tasks import services; import here to keep the graph acyclic
-
-    if not _claim_task_slot(call_id):
-        return True  # a task that has not started yet will claim this call
-    try:
-        triage_call.apply_async((call_id,))
-    except Exception:  # kombu raises several unrelated types when the broker is away
-        logger.warning("triage task for call %s not sent; the sweep will re-send it", call_id, exc_info=True)
-        triage_task_started()  # let the next call try to publish
-        return False
-    return True
-
-
-def triage_task_started() -> None:
-    """A triage task is about to claim calls: calls committed from now on need a task of their own."""
-    try:
-        get_redis().delete(TRIAGE_TASK_PENDING_KEY)
-    except RedisError:
-        logger.warning("could not clear %s; it expires by itself", TRIAGE_TASK_PENDING_KEY, exc_info=True)
-
-
-def _claim_task_slot(call_id: int) -> bool:
-    ttl_s = settings.TRIAGE["TRIAGE_TASK_COALESCE_S"]
-    if ttl_s <= 0:
-        return True
-    try:
-        return bool(get_redis().set(TRIAGE_TASK_PENDING_KEY, call_id, nx=True, px=int(ttl_s * 1000)))
-    except RedisError:
-        return True  # the publish will tell whether the broker (the same Redis) is really away
 
 
 def apply_transition(call: Call, to_status: str, *, now: datetime) -> list[str]:

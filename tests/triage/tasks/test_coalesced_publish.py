@@ -4,8 +4,9 @@ that absorbed the others' publishes drains every waiting call. Counted on the re
 import pytest
 
 from tests.triage.factories import make_call
+from triage.celery import app as celery_app
 from triage.models import Call, CallStatus
-from triage.services.calls import TRIAGE_TASK_PENDING_KEY
+from triage.services.dispatch import TRIAGE_TASK_PENDING_KEY
 from triage.tasks import triage_call
 
 QUEUE = "triage"
@@ -54,7 +55,7 @@ def test_a_failed_publish_frees_the_slot_for_the_next_call(broker, django_captur
         raise OperationalError("connection refused")
 
     with monkeypatch.context() as outage:
-        outage.setattr(triage_call, "apply_async", broker_down)
+        outage.setattr(celery_app, "send_task", broker_down)  # Celery's publish, as when the broker is away
         _create_calls(1, django_capture_on_commit_callbacks)
     assert not broker.exists(TRIAGE_TASK_PENDING_KEY)
     _create_calls(1, django_capture_on_commit_callbacks)

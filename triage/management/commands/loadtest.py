@@ -139,9 +139,9 @@ class Command(BaseCommand):
         from django.core.management import call_command
 
         from triage.models import SchedulerSettings
-        from triage.services.calls import triage_task_pending_key
         from triage.services.clients import api_client_create
         from triage.services.config import scheduler_settings_update
+        from triage.services.dispatch import triage_task_pending_key
         from triage.stack import Stack, free_port
 
         call_command("migrate", verbosity=0)
