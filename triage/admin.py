@@ -162,6 +162,7 @@ class SchedulerSettingsAdmin(RoleAdmin):
         ("Stages", {"fields": ("stage_merge", "lower_prefill_share")}),
         ("Capacity", {"fields": ("batch_size", "kv_capacity_blocks", "block_size", "eviction")}),
         ("Triage micro-batching", {"fields": ("micro_batch_max", "micro_batch_wait_ms")}),
+        ("Guidance guard", {"fields": ("guard_similarity_threshold",)}),
         ("Applied", {"fields": ("version", "updated_at")}),
     )
 

@@ -166,6 +166,12 @@ class SchedulerSettings(models.Model):
     )
     micro_batch_max = models.PositiveSmallIntegerField(default=32, validators=[MinValueValidator(1)])
     micro_batch_wait_ms = models.PositiveIntegerField(default=50)
+    guard_similarity_threshold = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(1)],
+        help_text="Empty (the default, and the only safe choice for the bundled model): the stream guard accepts only "
+        "the protocol's own sentences. For a validated instruction model (INFERENCE_MODEL): the cosine similarity "
+        "(all-MiniLM-L6-v2) a generated sentence needs to its closest protocol sentence (BENCHMARKS.md: guard)",
+    )
     version = models.PositiveIntegerField(default=1, editable=False)
     updated_at = models.DateTimeField(auto_now=True)
 

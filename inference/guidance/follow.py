@@ -33,6 +33,10 @@ class GuidanceFollower:
         self._lock = threading.Lock()
         self.off_protocol_total = 0  # sentences flagged since start (metrics)
 
+    def use_similarity(self, similarity: Similarity | None, threshold: float | None) -> None:
+        """Strict matching (None) or a similarity threshold, for the calls admitted from now on."""
+        self._guards = StreamGuards(similarity, threshold, started=self._guards)
+
     def admitted(self, request_id: str, plan: GuidancePlan | None, generation: int) -> None:
         """A call entered the engine to be generated under ``plan`` (None: not guarded)."""
         with self._lock:

@@ -89,8 +89,10 @@ class StreamGuards:
     its plan's sentences, fed each token's text, finished when it completes. A request without a plan is not
     guarded. Not thread-safe: the engine loop's thread owns it."""
 
-    def __init__(self, similarity: Similarity | None = None, threshold: float | None = None) -> None:
-        self._guards: dict[str, StreamGuard] = {}
+    def __init__(self, similarity: Similarity | None = None, threshold: float | None = None,
+                 started: StreamGuards | None = None) -> None:
+        """``started``: the guards of the calls already streaming, kept under the mode they started with."""
+        self._guards: dict[str, StreamGuard] = dict(started._guards) if started is not None else {}
         self._similarity = similarity
         self._threshold = threshold
 

@@ -68,3 +68,15 @@ def test_an_unclear_selection_reads_the_familys_key_questions_and_the_prompt_car
     assert prompt.startswith("Protocol: unclear (cardiorespiratory), ESI 2\nInstructions: ")
     assert prompt.endswith("\nCall: hes choking, cant talk\nGuidance:")
     assert "Protocol: choking v1, ESI 1-2" in guidance_prompt(_choking(), "x")
+
+
+def test_with_a_similarity_threshold_a_paraphrase_passes_and_another_emergencys_advice_does_not():
+    """The lenient mode a deployment may set for a validated instruction model, with the real encoder."""
+    from inference.guidance.similarity import sentence_similarity
+
+    plan = _choking()
+    guard = StreamGuard(plan.template, sentence_similarity(), threshold=0.8)
+    paraphrase = "Stand behind them and lean them forward a good way."
+    assert guard.check(paraphrase)
+    assert not guard.check("Press hard on the wound with a clean cloth and do not lift it to look.")
+    assert not StreamGuard(plan.template).check(paraphrase)  # strict: only the protocol's own sentences

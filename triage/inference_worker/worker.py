@@ -13,6 +13,7 @@ from django.db import close_old_connections, connection
 
 from inference.engine import Engine, StepResult
 from inference.guidance.follow import GuidanceFollower
+from inference.guidance.similarity import sentence_similarity
 from scheduler.policies import make_scheduler
 from triage.selectors.calls import calls_generation_input
 from triage.services import generation
@@ -38,6 +39,7 @@ class InferenceWorker:
         self.stats: Counter[str] = Counter()
         self.guidance = GuidanceFollower()
         self._readmit: list[int] = []  # calls to admit again under their new plan (engine loop thread)
+        self._guard_threshold: float | None = None  # strict until the settings say otherwise
         self.intake = StreamIntake(engine, client, options, self.guidance, wake=self._wake.set)
         self.sink = ResultSink(client, options, self.intake, self.guidance, self.stats, readmit=self._readmit.append)
         self.metrics = WorkerMetrics(engine, self.stats, self.guidance)
@@ -51,6 +53,7 @@ class InferenceWorker:
         return self.intake.claim_idle()
 
     def start(self) -> None:
+        self._apply_guard_mode()
         self.intake.ensure_group()
         self.intake.reclaim()
         threads = ((lambda: self.intake.loop(self.stopping, self.stopped), "intake"), (self._control_loop, "control"))
@@ -154,6 +157,15 @@ class InferenceWorker:
             self.intake.add_to_engine(call_id, call)
             self.sink.pending.restarted.append(call_id)
 
+    def _apply_guard_mode(self) -> None:
+        threshold = generation.guard_similarity_threshold_load()
+        if threshold == self._guard_threshold:
+            return
+        similarity = sentence_similarity() if threshold is not None else None
+        self.guidance.use_similarity(similarity, threshold)
+        self._guard_threshold = threshold
+        log.info("stream guard: %s", "strict" if threshold is None else f"similarity >= {threshold:g}")
+
     def _apply_config(self) -> None:
         """Apply the stored settings between iterations; a new policy takes over every live request."""
         scheduler = self.engine.scheduler
@@ -165,6 +177,7 @@ class InferenceWorker:
             log.info("scheduling policy switched from %s to %s", scheduler.name, successor.name)
         else:
             scheduler.update_config(config)
+        self._apply_guard_mode()
         log.info(
             "scheduler configuration reloaded: policy=%s batch_size=%d stage_merge=%s lower_prefill_share=%g eviction=%s",
             config.policy, config.batch_size, config.stage_merge, config.lower_prefill_share, config.eviction,

@@ -104,6 +104,11 @@ def call_generation_fail(*, call_id: int, reason: str) -> None:
         call_transition(call=call, to_status=CallStatus.FAILED, actor=ACTOR, updates={"failure_reason": reason[:300]})
 
 
+def guard_similarity_threshold_load() -> float | None:
+    """The stream guard's mode from the settings: None is strict (the protocol's own sentences only)."""
+    return SchedulerSettings.load().guard_similarity_threshold
+
+
 def scheduler_config_load(*, base: SchedulerConfig | None = None) -> SchedulerConfig:
     """The live scheduler configuration: the SchedulerSettings row and the tiers, as plain dataclasses."""
     s = SchedulerSettings.load()
