@@ -60,7 +60,7 @@ class Command(BaseCommand):
         parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TRIAGE_INFERENCE_METRICS_PORT", "0")),
                             help="serve Prometheus metrics on this port (0: off)")
         # 1 by default: on a 2-core machine shared with web and Celery, a second torch thread cost the engine a
-        # quarter of its throughput and slowed classification (BENCHMARKS.md, whole stack, 23 November).
+        # quarter of its throughput and slowed classification (docs/decisions/shared-cpu-settings.md).
         parser.add_argument("--threads", type=int, default=int(os.environ.get("TRIAGE_INFERENCE_THREADS", "1")))
         parser.add_argument(
             "--nice", type=int, default=int(os.environ.get("TRIAGE_INFERENCE_NICE", "10")),
