@@ -40,11 +40,11 @@ class LLMTrainingConfig:
 
 # ~2.5M parameters, trained on the written corpus' calls (inference.guidance.corpus): it reads out the protocol
 # text its prompt carries.
-FULL_CONFIG = LLMTrainingConfig(hidden_size=192, intermediate_size=512, steps=1200, split_suffixes=True)
-# Trains in well under a minute on 2 busy cores, on a few calls per protocol.
+FULL_CONFIG = LLMTrainingConfig(hidden_size=192, intermediate_size=512, steps=1000, split_suffixes=True)
+# Trains in about two minutes on 2 busy cores, on a few calls per protocol, and reads all of them out.
 TINY_CONFIG = LLMTrainingConfig(
     vocab_size=1500, hidden_size=128, num_layers=2, num_heads=2, intermediate_size=384,
-    steps=280, batch_size=16, lr=3e-3, warmup_steps=20,
+    steps=420, batch_size=16, lr=3e-3, warmup_steps=20,
 )
 
 

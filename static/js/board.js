@@ -207,6 +207,7 @@ function protocolHtml(call) {
   if (!p) return "";
   const confidence = p.confidence === null ? "" : ` (${Number(p.confidence).toFixed(2)})`;
   const also = p.runner_up_title ? ` · also: ${esc(p.runner_up_title)}` : "";
+  if (p.switched_by) return `<br><small class="protocol">Protocol: ${esc(p.title)} · switched by ${esc(p.switched_by)}</small>`;
   if (p.unclear) {
     return `<br><small class="protocol protocol-unclear" title="Below the selector's confidence threshold: the family's key questions are read">Protocol: unclear (${esc(p.family_title)}) · likeliest: ${esc(p.title)}${confidence}${also}</small>`;
   }

@@ -76,7 +76,7 @@ def test_with_a_similarity_threshold_a_paraphrase_passes_and_another_emergencys_
 
     plan = _choking()
     guard = StreamGuard(plan.template, sentence_similarity(), threshold=0.8)
-    paraphrase = "Stand behind them and lean them forward a good way."
+    paraphrase = "Give up to five sharp back blows between the shoulder blades."
     assert guard.check(paraphrase)
     assert not guard.check("Press hard on the wound with a clean cloth and do not lift it to look.")
     assert not StreamGuard(plan.template).check(paraphrase)  # strict: only the protocol's own sentences

@@ -61,16 +61,19 @@ def protocol_state(assessment: TriageAssessment | None, library: ProtocolLibrary
         return chosen.title if chosen else protocol_id.replace("_", " ").capitalize()
 
     family = library.families.get(assessment.protocol_family)
+    unclear = assessment.protocol == UNCLEAR
+    # A dispatcher's switch replaces the selector's choice: its confidence and runner-up were about another one.
+    switched = assessment.protocol_switched_by_id is not None
     return {
         "id": assessment.protocol,
         "version": assessment.protocol_version,
-        "unclear": assessment.protocol == UNCLEAR,
-        "title": title(assessment.protocol_likeliest or assessment.protocol),
-        "confidence": assessment.protocol_confidence,
-        "runner_up": assessment.protocol_runner_up,
-        "runner_up_title": title(assessment.protocol_runner_up) if assessment.protocol_runner_up else "",
+        "unclear": unclear,
+        "title": title(assessment.protocol_likeliest if unclear else assessment.protocol),
+        "confidence": None if switched else assessment.protocol_confidence,
+        "runner_up": "" if switched else assessment.protocol_runner_up,
+        "runner_up_title": title(assessment.protocol_runner_up) if assessment.protocol_runner_up and not switched else "",
         "family_title": family.title if family else "",
-        "switched_by": assessment.protocol_switched_by.get_username() if assessment.protocol_switched_by_id else None,
+        "switched_by": assessment.protocol_switched_by.get_username() if switched else None,
     }
 
 
