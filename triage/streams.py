@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
@@ -37,8 +38,9 @@ def control_channel() -> str:
     return settings.TRIAGE["CONTROL_CHANNEL"]
 
 
-def stream_append_many(entries: Sequence[StreamFields]) -> list[str]:
-    """XADD each entry to the inference stream in one round trip; returns the entry ids.
+def stream_append_many(entries: Sequence[StreamFields], stream: str | None = None) -> list[str]:
+    """XADD each entry to the inference stream (``stream``: another one, for tests) in one round trip; returns
+    the entry ids.
 
     Raises ``redis.RedisError`` when Redis is unreachable: callers decide what that means.
     """
@@ -46,8 +48,24 @@ def stream_append_many(entries: Sequence[StreamFields]) -> list[str]:
         return []
     pipe = get_redis().pipeline(transaction=False)
     for fields in entries:
-        pipe.xadd(inference_stream(), dict(fields))
+        pipe.xadd(stream or inference_stream(), dict(fields))
     return [i.decode() if isinstance(i, bytes) else str(i) for i in pipe.execute()]
+
+
+# A key written beside the stream once its entries are known to be complete. Redis restarted without
+# persistence (or flushed) comes back without it: that is how the stream's loss is noticed, whatever else
+# (new calls, a worker recreating its group) has written to the stream since.
+def _stream_marker(stream: str) -> str:
+    return f"{stream}:complete"
+
+
+def stream_lost(stream: str | None = None) -> bool:
+    """Whether Redis has lost the stream's entries since they were last made complete."""
+    return not get_redis().exists(_stream_marker(stream or inference_stream()))
+
+
+def stream_mark_complete(stream: str | None = None) -> None:
+    get_redis().set(_stream_marker(stream or inference_stream()), f"{time.time():.3f}")
 
 
 def control_publish(message: Mapping) -> None:

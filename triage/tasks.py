@@ -17,6 +17,7 @@ from redis import RedisError
 from triage.models import Call, CallStatus
 from triage.services.batching import Predictor, call_triage_micro_batch
 from triage.services.dispatch import send_triage_task, triage_task_slot_release
+from triage.services.recovery import calls_restream_if_lost
 from triage.services.triage import calls_enqueue_or_leave_for_sweep
 
 logger = logging.getLogger(__name__)
@@ -61,8 +62,10 @@ def triage_call(call_id: int) -> dict[str, Any]:
 
 @shared_task(**RELIABLE, autoretry_for=RETRYABLE, retry_backoff=5, max_retries=3)
 def sweep_stuck_calls() -> dict[str, int]:
-    """Re-send calls left behind: ``received`` (task lost: broker down, worker killed) and ``triaged`` (the
-    stream append failed). Calls newer than SWEEP_STUCK_AFTER_S are left to their own task."""
+    """Re-send calls left behind: ``received`` (task lost: broker down, worker killed), ``triaged`` (the
+    stream append failed) and, when Redis lost the inference stream, every call it held (``restreamed``).
+    ``received`` and ``triaged`` calls newer than SWEEP_STUCK_AFTER_S are left to their own task."""
+    restreamed = calls_restream_if_lost()
     cutoff = timezone.now() - timedelta(seconds=settings.TRIAGE["SWEEP_STUCK_AFTER_S"])
     limit = settings.TRIAGE["SWEEP_BATCH_MAX"]
     received = list(
@@ -78,4 +81,5 @@ def sweep_stuck_calls() -> dict[str, int]:
     if received or triaged:
         logger.warning("sweep: re-sent %d of %d received calls, queued %d of %d triaged calls",
                        resent, len(received), len(queued), len(triaged))
-    return {"received": len(received), "resent": resent, "triaged": len(triaged), "queued": len(queued)}
+    return {"received": len(received), "resent": resent, "triaged": len(triaged), "queued": len(queued),
+            "restreamed": restreamed}

@@ -37,7 +37,7 @@ def stream_names():
     suffix = uuid.uuid4().hex[:8]
     names = {"stream": f"test:inference:{suffix}", "control": f"test:control:{suffix}"}
     yield names
-    r.delete(names["stream"])
+    r.delete(names["stream"], f"{names['stream']}:complete")
 
 
 @pytest.fixture
@@ -297,3 +297,44 @@ def test_a_policy_change_in_the_settings_takes_over_the_running_calls(make_worke
         c.refresh_from_db()
         assert c.status == CallStatus.DONE and c.audit_events.filter(action="call.done").count() == 1
     assert get_redis().xpending(stream_names["stream"], "inference")["pending"] == 0
+
+
+def test_redis_restarted_empty_under_a_running_worker_loses_no_call(make_worker, stream_names):
+    """Redis comes back without the stream, its consumer group or anything else: the worker recreates the group
+    and puts back, from the database, the calls the lost stream held; they and later calls are generated."""
+    first, *lost = _calls(3)
+    worker = make_worker()
+    worker.start()
+    _enqueue(stream_names["stream"], [first])
+    thread = _run_in_background(worker)
+    assert _wait(lambda: _all_final([first]))
+    r = get_redis()
+    r.delete(stream_names["stream"], f"{stream_names['stream']}:complete")  # the restart, as the worker sees it
+    assert _wait(lambda: _all_final(lost)), [c.status for c in Call.objects.filter(pk__in=[c.pk for c in lost])]
+    [later] = _calls(1)
+    _enqueue(stream_names["stream"], [later])
+    assert _wait(lambda: _all_final([later]))
+    worker.request_stop()
+    thread.join(30)
+    assert all(c.audit_events.filter(action="call.done").count() == 1 for c in [first, *lost, later])
+    assert r.xpending(stream_names["stream"], "inference")["pending"] == 0
+
+
+def test_a_malformed_entry_is_acknowledged_and_neither_stops_the_intake_nor_a_restart(make_worker, stream_names):
+    calls = _calls(2)
+    r = get_redis()
+    dead = make_worker(consumer="dead")
+    dead.ensure_group()
+    r.xadd(stream_names["stream"], {"call_id": "not-a-number"})
+    _enqueue(stream_names["stream"], calls[:1])
+    r.xadd(stream_names["stream"], {"level": "1"})
+    r.xreadgroup("inference", "dead", {stream_names["stream"]: ">"}, count=10)  # read, then the worker "dies"
+
+    survivor = make_worker(consumer="survivor", claim_idle_ms=0)
+    survivor.start()  # takes the dead worker's entries over, the malformed ones included
+    thread = _run_in_background(survivor)
+    r.xadd(stream_names["stream"], {"call_id": str(calls[1].pk), "level": "many", "predicted_output_tokens": "?"})
+    assert _wait(lambda: _all_final(calls)), [c.status for c in Call.objects.filter(pk__in=[c.pk for c in calls])]
+    survivor.request_stop()
+    thread.join(30)
+    assert r.xpending(stream_names["stream"], "inference")["pending"] == 0

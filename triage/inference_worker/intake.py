@@ -26,6 +26,7 @@ from django.db import close_old_connections, connection
 from inference.engine import Engine
 from inference.guidance.follow import GuidanceFollower
 from triage.selectors.calls import GenerationInput, calls_generation_input
+from triage.services.recovery import calls_restream_if_lost
 
 log = logging.getLogger("triage.inference_worker")
 
@@ -45,7 +46,28 @@ class WorkerOptions:
 
 
 def text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def entry_call_id(fields: dict[str, str]) -> int | None:
+    """The call a stream entry names, or None for an entry that names none (written by something else)."""
+    try:
+        call_id = int(fields["call_id"])
+    except (KeyError, ValueError):
+        return None
+    return call_id if call_id > 0 else None
+
+
+def _number(fields: dict[str, str], key: str, default: int) -> int:
+    """An entry's stand-in value (used only until the call's triage is committed); the default if unreadable."""
+    try:
+        return max(1, int(float(fields[key])))
+    except (KeyError, ValueError, OverflowError):
+        return default
+
+
+def group_lost(error: BaseException) -> bool:
+    return isinstance(error, redis.ResponseError) and "NOGROUP" in str(error)
 
 
 class StreamIntake:
@@ -131,12 +153,27 @@ class StreamIntake:
                     self._read_and_admit("0", block_ms=None)
                     reread_own = False
                 self._read_and_admit(">", block_ms=max(1, min(500, int(self.claim_interval_s() * 1000))))
-            except Exception:
+            except Exception as exc:
+                if group_lost(exc):
+                    self._recreate_group()
+                    continue
                 log.exception("stream intake failed; retrying in 1 s")
                 connection.close()  # a broken connection is replaced at the next query
                 reread_own = True
                 stopped.wait(1.0)
         connection.close()  # this thread's own database connection
+
+    def _recreate_group(self) -> None:
+        """Redis came back without the stream (restarted without persistence, flushed): create the group again
+        and put back, from the database, every call the lost stream held. Until both succeed the next read
+        fails the same way and lands here again."""
+        log.warning("the inference stream's consumer group is gone (Redis restarted empty?): creating it again")
+        try:
+            self.ensure_group()
+            calls_restream_if_lost(stream=self.opts.stream)
+        except Exception:
+            log.exception("recreating the stream's consumer group failed; retrying in 1 s")
+            time.sleep(1.0)
 
     def _read_and_admit(self, start: str, *, block_ms: int | None) -> None:
         """Admit entries from the stream: ">" new ones, "0" those already delivered to this consumer."""
@@ -162,14 +199,24 @@ class StreamIntake:
         """Hand the calls that stream entries name to the engine, as the database has them; the entry's own level
         and length only stand in for what the call's still uncommitted triage will store. Entries of calls
         already final, or deleted, are acknowledged at once."""
-        parsed = [(text(entry_id), {text(k): text(v) for k, v in raw.items()}) for entry_id, raw in entries if raw]
+        parsed = []
+        for entry_id, raw in entries:
+            if not raw:
+                continue
+            fields = {text(k): text(v) for k, v in raw.items()}
+            call_id = entry_call_id(fields)
+            if call_id is None:
+                # Not ours to interpret: acknowledged, so it neither blocks the intake nor crashes a restart.
+                log.error("malformed stream entry %s acknowledged and skipped: %r", text(entry_id), fields)
+                self.redis.xack(self.opts.stream, self.opts.group, text(entry_id))
+                continue
+            parsed.append((text(entry_id), call_id, fields))
         if not parsed:
             return 0
         close_old_connections()
-        current = calls_generation_input(call_ids=[int(f["call_id"]) for _, f in parsed])
+        current = calls_generation_input(call_ids=[call_id for _, call_id, _ in parsed])
         admitted = 0
-        for entry_id, fields in parsed:
-            call_id = int(fields["call_id"])
+        for entry_id, call_id, fields in parsed:
             call = current.get(call_id)
             if call is None:
                 self.redis.xack(self.opts.stream, self.opts.group, entry_id)
@@ -194,8 +241,8 @@ class StreamIntake:
     def add_to_engine(self, call_id: int, call: GenerationInput, fields: dict[str, str] | None = None) -> None:
         fields = fields or {}
         self.engine.add_request(
-            str(call_id), call.prompt, level=call.level or int(fields.get("level") or 3), tier=call.tier or None,
-            predicted_output_tokens=call.predicted_output_tokens or int(float(fields.get("predicted_output_tokens") or 64)),
+            str(call_id), call.prompt, level=call.level or min(5, _number(fields, "level", 3)), tier=call.tier or None,
+            predicted_output_tokens=call.predicted_output_tokens or _number(fields, "predicted_output_tokens", 64),
             arrival_s=call.accepted_at_s,
         )
         self.guidance.admitted(str(call_id), call.plan, call.generation)

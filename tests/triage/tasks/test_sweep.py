@@ -13,6 +13,7 @@ from tests.triage.factories import call_payload, make_call
 from triage.celery import app as celery_app
 from triage.models import Call, CallStatus
 from triage.services.triage import call_triage_record
+from triage.streams import inference_stream
 from triage.tasks import sweep_stuck_calls
 
 
@@ -73,5 +74,50 @@ def test_the_sweep_leaves_queued_and_recent_calls_alone(redis_conn, monkeypatch)
     monkeypatch.setattr("triage.tasks.send_triage_task", lambda call_id: sent.append(call_id) or True)
     recent, old = make_call(), make_call()
     _age([old.pk])
-    assert sweep_stuck_calls() == {"received": 1, "resent": 1, "triaged": 0, "queued": 0}
+    assert sweep_stuck_calls() == {"received": 1, "resent": 1, "triaged": 0, "queued": 0, "restreamed": 0}
     assert sent == [old.pk] and recent.pk not in sent
+
+
+def _queued_calls(predictor, n, django_capture_on_commit_callbacks):
+    calls = [make_call() for _ in range(n)]
+    predictions = predictor.predict([c.transcript for c in calls])
+    with django_capture_on_commit_callbacks(execute=True):
+        for call, prediction in zip(calls, predictions, strict=True):
+            call_triage_record(call=call, prediction=prediction, model_version=predictor.version, latency_ms=1)
+    return calls
+
+
+@pytest.mark.django_db
+def test_calls_whose_stream_redis_lost_are_put_back_once_from_the_database(
+    triage_predictor, redis_conn, django_capture_on_commit_callbacks
+):
+    """Redis restarted without persistence while calls waited for the worker: nothing in Redis remembers
+    them, PostgreSQL does. The sweep appends one entry per call still in the stream's statuses, and only once."""
+    queued, generating, done = _queued_calls(triage_predictor, 3, django_capture_on_commit_callbacks)
+    Call.objects.filter(pk=generating.pk).update(status=CallStatus.DECODING)
+    Call.objects.filter(pk=done.pk).update(status=CallStatus.DONE)
+    assert sweep_stuck_calls()["restreamed"] == 0  # the stream is intact: nothing to do
+    redis_conn.delete(inference_stream(), f"{inference_stream()}:complete")  # what a restart without persistence leaves
+
+    assert sweep_stuck_calls()["restreamed"] == 2
+    assert sorted(int(e["call_id"]) for e in stream_entries(redis_conn)) == sorted([queued.pk, generating.pk])
+    assert sweep_stuck_calls()["restreamed"] == 0
+    assert len(stream_entries(redis_conn)) == 2
+
+
+@pytest.mark.django_db
+def test_while_redis_is_away_the_sweep_fails_and_the_rebuild_is_left_for_the_next_one(
+    triage_predictor, redis_conn, django_capture_on_commit_callbacks, monkeypatch
+):
+    [call] = _queued_calls(triage_predictor, 1, django_capture_on_commit_callbacks)
+    redis_conn.delete(inference_stream(), f"{inference_stream()}:complete")
+
+    def refused(entries, stream=None):
+        raise redis.ConnectionError("Redis is loading the dataset in memory")
+
+    with monkeypatch.context() as outage:
+        outage.setattr("triage.services.recovery.stream_append_many", refused)
+        with pytest.raises(redis.ConnectionError):
+            sweep_stuck_calls.run()
+    assert sweep_stuck_calls()["restreamed"] == 1
+    assert [int(e["call_id"]) for e in stream_entries(redis_conn)] == [call.pk]

@@ -1,0 +1,51 @@
+"""Rebuilding the inference stream from PostgreSQL when Redis has lost it.
+
+The database is the source of truth: a call whose status says it is in the stream (``queued`` or being
+generated) is put back when Redis comes back empty (restarted without persistence, flushed), by the periodic
+sweep and by an inference worker that finds its consumer group gone. An entry for a call that already has
+one is harmless: the worker admits a call once and acknowledges every entry that names it when it is done,
+and an entry of a finished call is acknowledged unread.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from triage.models import Call, CallStatus
+from triage.streams import stream_append_many, stream_lost, stream_mark_complete
+
+from .triage import inference_entry
+
+logger = logging.getLogger(__name__)
+
+IN_STREAM_STATUSES = (CallStatus.QUEUED, CallStatus.PREFILLING, CallStatus.DECODING, CallStatus.PREEMPTED)
+BATCH = 500
+
+
+def calls_restream_if_lost(*, stream: str | None = None) -> int:
+    """If the stream was lost, append an entry for every call in ``IN_STREAM_STATUSES``, oldest first, and
+    mark the stream complete; returns how many calls were put back. The mark is written last, so a failure
+    part-way leaves the whole rebuild to the next attempt. Raises ``redis.RedisError`` while Redis is away.
+    O(calls in flight) database rows and stream entries, once per loss."""
+    if not stream_lost(stream):
+        return 0
+    ids = list(Call.objects.filter(status__in=IN_STREAM_STATUSES).order_by("created_at").values_list("pk", flat=True))
+    now = time.time()
+    for start in range(0, len(ids), BATCH):
+        chunk = ids[start : start + BATCH]
+        calls = Call.objects.select_related("tier", "assessment").filter(pk__in=chunk).order_by("created_at")
+        stream_append_many([_entry(call, now) for call in calls], stream=stream)
+    stream_mark_complete(stream)
+    if ids:
+        logger.warning("the inference stream was lost (Redis restarted empty?): %d calls put back from the database",
+                       len(ids))
+    return len(ids)
+
+
+def _entry(call: Call, enqueued_at: float) -> dict[str, str | int | float]:
+    if hasattr(call, "assessment"):
+        return inference_entry(call, enqueued_at=enqueued_at)
+    # No assessment to build a prompt from: the worker reads what to generate from the database anyway.
+    return {"call_id": call.pk, "level": call.level or 3, "tier": call.tier.name if call.tier else "",
+            "enqueued_at": f"{enqueued_at:.6f}", "accepted_at": f"{call.created_at.timestamp():.6f}"}
