@@ -70,8 +70,9 @@ class FinishedEvent:
     request_id: str
     text: str
     output_tokens: int
-    reason: str  # "eos", "length" or "cancelled"
+    reason: str  # "eos", "length", "cancelled" or "error" (the model failed on its batch: see ``error``)
     token_ids: tuple[int, ...] = ()
+    error: str = ""
 
 
 @dataclass
@@ -170,7 +171,10 @@ class Engine:
             self._preempt(preemption, result)
         result.paused_ids = [r.id for r in decision.paused] if hasattr(decision, "paused") else []
         if not decision.is_idle:
-            finished_ids = self._run(decision, result)
+            try:
+                finished_ids = self._run(decision, result)
+            except Exception as error:  # noqa: BLE001 - a batch's failure (e.g. out of memory) ends its requests, not the engine
+                finished_ids = self._fail_batch(decision, result, error)
             self.scheduler.complete_iteration(self.clock(), decision, finished_ids)
             self.iterations += 1
         result.duration_s = time.perf_counter() - started
@@ -242,6 +246,25 @@ class Engine:
                 if self.refiner is not None:
                     self.refiner.forget(rid)
         return finished_ids
+
+    def _fail_batch(self, decision: Decision, result: StepResult, error: Exception) -> list[str]:
+        """The model raised on this batch: its requests end with reason "error" (their caches released, their
+        partial tokens of this step dropped), so the caller decides whether to submit them again."""
+        log.exception("model step failed for batch %s", [r.id for r in decision.batch])
+        ids = [r.id for r in decision.batch]
+        result.tokens = [t for t in result.tokens if t.request_id not in ids]
+        try:
+            self.runner.discard(ids)
+        except Exception:  # noqa: BLE001 - the runner's state for these requests is gone either way
+            log.exception("discarding the failed batch's caches failed")
+        for rid in ids:
+            seq = self.sequences.pop(rid, None)
+            if self.refiner is not None:
+                self.refiner.forget(rid)
+            if seq is not None:
+                result.finished.append(FinishedEvent(rid, seq.text, len(seq.output_ids), "error", (),
+                                                     f"{type(error).__name__}: {error}"[:300]))
+        return ids
 
     def _detokenize(self, seq: Sequence) -> str:
         """The text the newest token adds; held back while it ends in an incomplete UTF-8 character."""

@@ -68,6 +68,10 @@ class GuidanceFollower:
         with self._lock:
             self._regenerating.add(request_id)
 
+    def forget(self, request_id: str) -> None:
+        """The call's generation ended without a result (it failed): drop what was followed of it."""
+        self.on_cancelled(request_id)
+
     def on_cancelled(self, request_id: str) -> bool:
         """The engine cancelled the call; True when that was for a regeneration (admit it again)."""
         with self._lock:

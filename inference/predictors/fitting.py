@@ -43,7 +43,7 @@ def fit_length_head(inputs: CallInputs, standardised_log_tokens: torch.Tensor, c
 
 
 PROTOCOL_THRESHOLD_GRID = tuple(round(0.05 * i, 2) for i in range(1, 19))  # 0.05 .. 0.90
-WRONG_CONFIDENT_COST = 2.0  # a confident wrong protocol misleads; an unclear one asks the family's questions
+WRONG_CONFIDENT_COST = 4.0  # a confident wrong protocol reads out the wrong instructions; an unclear one asks the family's questions
 
 
 def tune_protocol_threshold(probabilities: torch.Tensor, true: Sequence[str], ids: Sequence[str]) -> float:

@@ -338,3 +338,52 @@ def test_a_malformed_entry_is_acknowledged_and_neither_stops_the_intake_nor_a_re
     survivor.request_stop()
     thread.join(30)
     assert r.xpending(stream_names["stream"], "inference")["pending"] == 0
+
+
+class _FailingSteps:
+    """Fault injection: the model's forward pass raises (as a CUDA out-of-memory would) while ``failing``."""
+
+    def __init__(self, runner, failing: int):
+        self.runner, self.real_step, self.failing = runner, runner.step, failing
+        runner.step = self
+
+    def __call__(self, rows):
+        if self.failing > 0:
+            self.failing -= 1
+            raise RuntimeError("CUDA out of memory (injected)")
+        return self.real_step(rows)
+
+
+def test_a_model_failure_on_a_batch_generates_its_calls_again_without_stopping_the_worker(make_worker, stream_names):
+    calls = _calls(2)
+    worker = make_worker()
+    _FailingSteps(worker.engine.runner, failing=1)
+    worker.start()
+    _enqueue(stream_names["stream"], calls)
+    _run_until(worker, lambda: _all_final(calls))
+    for c in calls:
+        c.refresh_from_db()
+        assert c.status == CallStatus.DONE and c.guidance
+    assert worker.stats["generation_errors"] >= 1
+    assert get_redis().xpending(stream_names["stream"], "inference")["pending"] == 0
+
+
+def test_a_call_the_model_keeps_failing_on_is_failed_with_its_reason_and_the_worker_goes_on(make_worker, stream_names):
+    from triage.inference_worker.sink import MAX_GENERATION_ATTEMPTS
+
+    [doomed] = _calls(1)
+    worker = make_worker()
+    faults = _FailingSteps(worker.engine.runner, failing=MAX_GENERATION_ATTEMPTS)
+    worker.start()
+    _enqueue(stream_names["stream"], [doomed])
+    thread = _run_in_background(worker)
+    assert _wait(lambda: Call.objects.get(pk=doomed.pk).status == CallStatus.FAILED)
+    doomed.refresh_from_db()
+    assert "out of memory" in doomed.failure_reason
+    assert faults.failing == 0 and thread.is_alive()
+    [later] = _calls(1)
+    _enqueue(stream_names["stream"], [later])
+    assert _wait(lambda: _all_final([later]))
+    worker.request_stop()
+    thread.join(30)
+    assert get_redis().xpending(stream_names["stream"], "inference")["pending"] == 0

@@ -29,6 +29,9 @@ from .intake import StreamIntake, WorkerOptions
 
 log = logging.getLogger("triage.inference_worker")
 
+# A call whose generation the model keeps failing on is shown as failed rather than retried forever.
+MAX_GENERATION_ATTEMPTS = 3
+
 
 @dataclass
 class Pending:
@@ -52,6 +55,7 @@ class ResultSink:
                  stats: Counter[str], readmit: Callable[[int], None]) -> None:
         self.redis, self.opts, self.intake, self.guidance, self.stats = client, options, intake, guidance, stats
         self._readmit = readmit
+        self.failures: Counter[int] = Counter()  # call id -> generations the model failed on, in this worker
         self.pending = Pending()
         self._unacknowledged: list[str] = []  # entries of stored calls that Redis refused to XACK
         self._last_flush = 0.0
@@ -78,7 +82,10 @@ class ResultSink:
             if (replacement := self.guidance.on_token(t.request_id, t.text)) is not None:
                 pending.replaced.append((call_id, replacement))
         for f in result.finished:
-            self._finished(int(f.request_id), f.text, f.output_tokens, f.reason, at)
+            if f.reason == "error":
+                self._failed(int(f.request_id), f.error, at)
+            else:
+                self._finished(int(f.request_id), f.text, f.output_tokens, f.reason, at)
         self.stats["tokens"] += len(result.tokens)
         self.stats["iterations"] += 1
 
@@ -98,6 +105,22 @@ class ResultSink:
                                    generation=followed.generation, off_protocol=followed.off_protocol, at=at,
                                    reason=reason)
         pending.done.append((call_id, "done"))
+
+    def _failed(self, call_id: int, error: str, at: datetime) -> None:
+        """The model failed on the call's batch: generated again from the start, up to MAX_GENERATION_ATTEMPTS
+        times in this worker, then ``failed`` (a supervisor may retry it from the board or the API)."""
+        self.guidance.forget(str(call_id))
+        self.failures[call_id] += 1
+        self.stats["generation_errors"] += 1
+        if self.failures[call_id] < MAX_GENERATION_ATTEMPTS:
+            log.warning("call %s: generation failed (%s), attempt %d of %d; generating it again", call_id, error,
+                        self.failures[call_id], MAX_GENERATION_ATTEMPTS)
+            self._readmit(call_id)
+            return
+        del self.failures[call_id]
+        log.error("call %s: generation failed %d times (%s); the call is failed", call_id, MAX_GENERATION_ATTEMPTS, error)
+        self.pending.of(call_id).move(CallStatus.FAILED, at=at, reason="generation failed", error=error)
+        self.pending.done.append((call_id, "failed"))
 
     def due(self) -> bool:
         return time.monotonic() - self._last_flush >= self.opts.flush_interval_s

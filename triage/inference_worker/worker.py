@@ -147,7 +147,8 @@ class InferenceWorker:
             self._readmit.append(call_id)  # finished here, its result not stored yet (it will not be)
 
     def _admit_again(self) -> None:
-        ids, self._readmit = self._readmit, []
+        ids = list(self._readmit)
+        self._readmit.clear()  # the same list: the sink holds its append
         close_old_connections()
         current = calls_generation_input(call_ids=ids)
         for call_id in ids:

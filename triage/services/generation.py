@@ -81,6 +81,8 @@ def calls_generation_record(*, progress: Iterable[CallProgress]) -> list[int]:
                 if call.status == to_status and to_status != CallStatus.PREEMPTED:
                     continue
                 updates = None
+                if to_status == CallStatus.FAILED:
+                    updates = {"failure_reason": str(data.get("error") or data.get("reason") or "")[:300]}
                 if to_status == CallStatus.DONE:
                     if p.generation != call.guidance_generation:
                         logger.info("call %s: result of guidance generation %d not stored (now %d)", call.pk,
@@ -96,12 +98,6 @@ def calls_generation_record(*, progress: Iterable[CallProgress]) -> list[int]:
             if call.status in FINAL_STATUSES:
                 stored.append(call.pk)
     return stored
-
-
-def call_generation_fail(*, call_id: int, reason: str) -> None:
-    call = Call.objects.filter(pk=call_id).first()
-    if call is not None and call.status not in FINAL_STATUSES:
-        call_transition(call=call, to_status=CallStatus.FAILED, actor=ACTOR, updates={"failure_reason": reason[:300]})
 
 
 def guard_similarity_threshold_load() -> float | None:
