@@ -23,5 +23,6 @@ urlpatterns = [
     path("calls/<int:pk>/acknowledge/", views.call_acknowledge_view, name="call-acknowledge"),
     path("calls/<int:pk>/close/", views.call_close_view, name="call-close"),
     path("calls/<int:pk>/cancel/", views.call_cancel_view, name="call-cancel"),
+    path("calls/<int:pk>/retry/", views.call_retry_view, name="call-retry"),
     path("calls/<int:pk>/protocol/", views.call_protocol_view, name="call-protocol"),
 ]

@@ -30,6 +30,7 @@ from triage.services.calls import call_cancel
 from triage.services.errors import DomainError
 from triage.services.overrides import call_override_level
 from triage.services.protocols import SWITCHABLE, call_switch_protocol
+from triage.services.recovery import call_retry
 
 SEARCH_PAGE_SIZE = 50
 
@@ -48,6 +49,7 @@ def _call_context(request: HttpRequest, call: Call) -> dict:
         "can_act": is_dispatcher(request.user),
         "can_override": call.status not in (CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED),
         "can_cancel": call.is_active,
+        "can_retry": call.status == CallStatus.FAILED and getattr(call, "assessment", None) is not None,
         "can_close": call.status in CLOSABLE_STATUSES and call.closed_at is None,
         "override_form": OverrideForm(initial={"level": call.level}),
         "can_switch_protocol": call.status in SWITCHABLE and getattr(call, "assessment", None) is not None,
@@ -221,6 +223,16 @@ def call_cancel_view(request: HttpRequest, pk: int) -> HttpResponse:
         return f"Call {call.pk} cancelled."
 
     return _action(request, pk, CancelForm, perform)
+
+
+@login_required
+@require_POST
+def call_retry_view(request: HttpRequest, pk: int) -> HttpResponse:
+    def perform(call: Call, data: dict) -> str:
+        call_retry(call=call, actor=request.user)
+        return f"Call {call.pk} is generated again at its place in the queue."
+
+    return _action(request, pk, None, perform)
 
 
 @login_required

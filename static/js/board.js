@@ -491,7 +491,7 @@ document.addEventListener("keydown", (e) => {
   const actions = {
     j: () => move(1), k: () => move(-1), "?": () => $("help-dialog").showModal(),
     o: () => panelAction("override"), a: () => panelAction("acknowledge"),
-    c: () => panelAction("close"), x: () => panelAction("cancel"), p: () => panelAction("protocol"),
+    c: () => panelAction("close"), x: () => panelAction("cancel"), p: () => panelAction("protocol"), r: () => panelAction("retry"),
   };
   const act = actions[e.key];
   if (act) { e.preventDefault(); act(); }

@@ -222,3 +222,21 @@ def test_the_panel_and_board_state_show_the_selected_protocol_with_confidence_an
     html = client.get(f"/calls/{call.pk}/panel/").content.decode()
     shown = f"{protocol['title']} ({assessment.protocol_confidence:.2f}) · also: {protocol['runner_up_title']}"
     assert "<dt>Protocol</dt>" in html and shown in html
+
+
+def test_a_failed_call_shows_its_reason_and_a_retry_that_queues_it_again(make_call, dispatcher):
+    from triage.services.calls import call_transition
+
+    call = make_call(2, CallStatus.DECODING)
+    call_transition(call=call, to_status=CallStatus.FAILED, actor="system:inference",
+                    updates={"failure_reason": "RuntimeError: CUDA out of memory"})
+    client = csrf_client(dispatcher)
+    panel = client.get(f"/calls/{call.pk}/panel/").content.decode()
+    assert 'data-action="retry"' in panel and "CUDA out of memory" in panel
+    headers = {"HTTP_X_CSRFTOKEN": csrf_token(client), "HTTP_HX_REQUEST": "true"}
+    response = client.post(f"/calls/{call.pk}/retry/", **headers)
+    assert response.status_code == 200 and "generated again" in response.content.decode()
+    call.refresh_from_db()
+    assert call.status == CallStatus.QUEUED and call.level == 2
+    assert client.post(f"/calls/{call.pk}/retry/", **headers).status_code == 409
+    assert 'data-action="retry"' not in client.get(f"/calls/{call.pk}/panel/").content.decode()

@@ -36,6 +36,7 @@ from triage.selectors.calls import call_get, call_list
 from triage.services.calls import call_cancel, call_create
 from triage.services.overrides import OVERRIDE_REASON_MAX_CHARS, call_override_level
 from triage.services.protocols import call_switch_protocol
+from triage.services.recovery import call_retry
 
 from .authentication import ApiClientTokenAuthentication
 from .exception_handler import ErrorSerializer
@@ -340,6 +341,21 @@ class CallCancelApi(ApiView):
         serializer.is_valid(raise_exception=True)
         call = self.get_call(call_id)
         call_cancel(call=call, actor=request.user, reason=serializer.validated_data.get("reason", ""))
+        return Response(CallOutputSerializer(self.get_call(call_id)).data)
+
+
+class CallRetryApi(ApiView):
+    """POST /api/v1/calls/<id>/retry/ — the posting client (calls:write) or a dispatcher retries a failed call."""
+
+    access = {"POST": Access(client_scope=ApiClient.SCOPE_WRITE, user_check=is_dispatcher)}
+
+    @extend_schema(
+        operation_id="calls_retry", request=None, parameters=[CALL_ID],
+        responses={200: CallOutputSerializer, **_errors(409, 503)},
+    )
+    def post(self, request: Request, call_id: str) -> Response:
+        """Generate a failed call's guidance again, at its level and arrival (409 unless the call is failed)."""
+        call_retry(call=self.get_call(call_id), actor=request.user)
         return Response(CallOutputSerializer(self.get_call(call_id)).data)
 
 

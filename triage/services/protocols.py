@@ -9,9 +9,6 @@ the switches, so a result the worker finished under the old protocol is never st
 
 from __future__ import annotations
 
-import time
-
-import redis
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
@@ -20,12 +17,11 @@ from inference.guidance.library import load_library
 from triage.models import Call, CallStatus, TriageAssessment
 from triage.realtime import call_changed_on_commit
 from triage.roles import is_dispatcher
-from triage.streams import control_publish_on_commit, stream_append_many
+from triage.streams import control_publish_on_commit
 
 from .audit import audit_record
-from .calls import call_transition
-from .errors import Conflict, NotAllowed, Unavailable, field_error
-from .triage import inference_entry
+from .errors import Conflict, NotAllowed, field_error
+from .recovery import call_requeue
 
 SWITCHABLE = frozenset({
     CallStatus.RECEIVED, CallStatus.TRIAGED, CallStatus.QUEUED, CallStatus.PREFILLING, CallStatus.DECODING,
@@ -73,12 +69,7 @@ def call_switch_protocol(*, call: Call, protocol: str, user: AbstractBaseUser) -
 def _regenerate(call: Call, user: AbstractBaseUser) -> None:
     if call.status == CallStatus.DONE:
         # The worker is done with it and acknowledged its entry: a new entry brings it back, at its arrival.
-        call_transition(call=call, to_status=CallStatus.QUEUED, actor=user, data={"reason": "protocol switched"},
-                        updates={"done_at": None, "guidance": "", "off_protocol_sentences": 0})
-        try:
-            stream_append_many([inference_entry(call, enqueued_at=time.time())])  # last: a refusal rolls back
-        except redis.RedisError as error:
-            raise Unavailable("the inference stream is unreachable; the protocol was not switched") from error
+        call_requeue(call=call, actor=user, reason="protocol switched")
     elif call.status in (CallStatus.RECEIVED, CallStatus.TRIAGED):
         return  # not in the inference stream yet: the worker reads the new plan when it admits the call
     else:

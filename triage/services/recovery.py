@@ -1,4 +1,5 @@
-"""Rebuilding the inference stream from PostgreSQL when Redis has lost it.
+"""Putting calls back in the inference stream: all of them from PostgreSQL when Redis has lost the stream,
+one when it is generated again (a retry of a failed call, a protocol switch of a finished one).
 
 The database is the source of truth: a call whose status says it is in the stream (``queued`` or being
 generated) is put back when Redis comes back empty (restarted without persistence, flushed), by the periodic
@@ -12,9 +13,15 @@ from __future__ import annotations
 import logging
 import time
 
+import redis
+from django.db import transaction
+
 from triage.models import Call, CallStatus
 from triage.streams import stream_append_many, stream_lost, stream_mark_complete
 
+from .audit import Actor
+from .calls import call_transition
+from .errors import Conflict, Unavailable
 from .triage import inference_entry
 
 logger = logging.getLogger(__name__)
@@ -49,3 +56,32 @@ def _entry(call: Call, enqueued_at: float) -> dict[str, str | int | float]:
     # No assessment to build a prompt from: the worker reads what to generate from the database anyway.
     return {"call_id": call.pk, "level": call.level or 3, "tier": call.tier.name if call.tier else "",
             "enqueued_at": f"{enqueued_at:.6f}", "accepted_at": f"{call.created_at.timestamp():.6f}"}
+
+
+def call_requeue(*, call: Call, actor: Actor, reason: str) -> None:
+    """``done`` or ``failed`` → ``queued`` with a new stream entry (the worker acknowledged the old one), in the
+    caller's transaction with the call locked; the entry is appended last, so Redis refusing it (``Unavailable``)
+    rolls the whole change back."""
+    call_transition(call=call, to_status=CallStatus.QUEUED, actor=actor, data={"reason": reason},
+                    updates={"done_at": None, "guidance": "", "off_protocol_sentences": 0, "failure_reason": ""})
+    try:
+        stream_append_many([inference_entry(call, enqueued_at=time.time())])
+    except redis.RedisError as error:
+        raise Unavailable(f"the inference stream is unreachable; nothing was changed ({reason})") from error
+
+
+def call_retry(*, call: Call, actor: Actor) -> Call:
+    """Retry a ``failed`` call (a dispatcher on the board, the posting client through the API: the entry points
+    check who may): it is generated again at its level and arrival, so it keeps its place in the queue. A call
+    that failed before it was triaged (the classifier could not take its transcript) would fail the same way:
+    refused with that reason."""
+    with transaction.atomic():
+        locked = Call.objects.select_for_update(of=("self",)).select_related("tier", "assessment").get(pk=call.pk)
+        if locked.status != CallStatus.FAILED:
+            raise Conflict(f"only a failed call can be retried; this one is {locked.status}",
+                           fields={"status": [f"call is {locked.status}"]})
+        if not hasattr(locked, "assessment"):
+            raise Conflict("the call failed before triage; its transcript cannot be classified",
+                           fields={"status": ["failed before triage"]})
+        call_requeue(call=locked, actor=actor, reason="retried")
+    return locked

@@ -144,3 +144,26 @@ def test_the_schema_and_docs_are_served(client):
     schema = client.get("/api/schema/")
     assert schema.status_code == 200 and b"/api/v1/calls/" in schema.content
     assert client.get("/api/docs/").status_code == 200
+
+
+def test_a_failed_call_is_retried_once_at_its_place_and_other_calls_are_refused(redis_conn, api, dispatcher, triaged_call):
+    """A call whose generation kept failing: the posting client (or a dispatcher) puts it back in the queue."""
+    from tests.fixtures.services import stream_entries
+    from triage.models import CallStatus
+    from triage.services.calls import call_transition
+
+    refused = api.post(f"{URL}{triaged_call.pk}/retry/")
+    assert refused.status_code == 409 and refused.json()["error"]["fields"]["status"] == ["call is triaged"]
+    for status in (CallStatus.QUEUED, CallStatus.DECODING):
+        call_transition(call=triaged_call, to_status=status, actor="system:test")
+    call_transition(call=triaged_call, to_status=CallStatus.FAILED, actor="system:test",
+                    updates={"failure_reason": "RuntimeError: CUDA out of memory"})
+
+    response = api.post(f"{URL}{triaged_call.pk}/retry/")
+    assert response.status_code == 200 and response.json()["status"] == "queued"
+    triaged_call.refresh_from_db()
+    assert triaged_call.failure_reason == "" and triaged_call.level == 1
+    assert [int(e["call_id"]) for e in stream_entries(redis_conn)] == [triaged_call.pk]
+    event = AuditEvent.objects.filter(call=triaged_call, to_status="queued").latest("created_at")
+    assert event.actor == "client:cad-main" and event.data == {"reason": "retried"}
+    assert logged_in_api(dispatcher).post(f"{URL}{triaged_call.pk}/retry/").status_code == 409
