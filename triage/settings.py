@@ -86,6 +86,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # first: probes are answered before host validation and the https redirect (triage/health.py)
+    "triage.health.HealthMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # WhiteNoise, async-capable (triage/middleware.py): static files before sessions and auth touch them
     "triage.middleware.StaticFilesMiddleware",
