@@ -61,13 +61,31 @@ class Stack:
     env: dict[str, str]
     log_dir: Path
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    commands: dict[str, tuple[list[str], dict[str, str]]] = field(default_factory=dict)
+    restarts: dict[str, int] = field(default_factory=dict)
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start a child in a session of its own (so its own children, e.g. Celery's pool, stop with it)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child for its lifetime
-        proc = subprocess.Popen(argv, env=env or self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        env = env or self.env
+        proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.processes[name] = proc
+        self.commands[name] = (argv, env)
         return proc
+
+    def restart_dead(self) -> list[str]:
+        """Start again every child that exited (a crash, a kill): what it was doing is in the database and the
+        stream, so nothing else needs to stop. What is left of its session (e.g. a killed Celery main's pool
+        children) is killed first, so two never run side by side. Returns the names restarted."""
+        restarted = self.dead()
+        for name in restarted:
+            proc = self.processes.pop(name)
+            _kill_session(proc.pid)
+            argv, env = self.commands[name]
+            self.start(name, argv, env)
+            self.restarts[name] = self.restarts.get(name, 0) + 1
+        return restarted
 
     def start_web(self, port: int) -> None:
         # daphne runs each request's sync code in a fresh thread: pool PostgreSQL connections (settings.py)
@@ -77,19 +95,24 @@ class Stack:
         wait_for_port("127.0.0.1", port, timeout_s=60)
 
     def start_celery(self, concurrency: int = 1, beat: bool = True) -> None:
+        """The Celery worker and, with ``beat``, the beat scheduler as a process of its own (embedded with -B it
+        would outlive a killed worker main and run beside the restarted one's: two sweeps)."""
         queue = self.env.get("TRIAGE_CELERY_QUEUE", "triage")
-        argv = [sys.executable, "-m", "celery", "-A", "triage", "worker", "-Q", queue,
-                "-c", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle"]
+        self.start("celery", [sys.executable, "-m", "celery", "-A", "triage", "worker", "-Q", queue,
+                              "-c", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle"])
         if beat:
-            argv += ["-B", "-s", str(self.log_dir / "celerybeat-schedule")]
-        self.start("celery", argv)
+            self.start("beat", [sys.executable, "-m", "celery", "-A", "triage", "beat", "--loglevel", "INFO",
+                                "-s", str(self.log_dir / "celerybeat-schedule")])
 
     def start_inference(self, extra: list[str] | None = None) -> None:
         self.start("inference", [sys.executable, MANAGE, "run_inference_worker", *(extra or [])])
 
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> None:
         proc = self.processes.pop(name, None)
-        if proc is None or proc.poll() is not None:
+        if proc is None:
+            return
+        if proc.poll() is not None:
+            _kill_session(proc.pid)  # the leader is gone; what it started may not be
             return
         os.killpg(proc.pid, sig)
         try:
@@ -97,6 +120,7 @@ class Stack:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+        _kill_session(proc.pid)
 
     def stop_all(self) -> None:
         for name in list(self.processes):
@@ -104,3 +128,11 @@ class Stack:
 
     def dead(self) -> list[str]:
         return [name for name, proc in self.processes.items() if proc.poll() is not None]
+
+
+def _kill_session(pgid: int) -> None:
+    """SIGKILL whatever is left of a child's process group (its session: ``start_new_session``)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

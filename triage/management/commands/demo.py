@@ -51,9 +51,11 @@ class Command(BaseCommand):
             if exit_after_replay:
                 return
             self.stdout.write("running; Ctrl-C stops everything")
-            while not stack.dead():
+            while True:
                 time.sleep(1)
-            self.stderr.write(f"a process stopped: {stack.dead()} — see {stack.log_dir}")
+                for name in stack.restart_dead():
+                    self.stderr.write(f"{name} stopped; started it again (restart {stack.restarts[name]}) — see "
+                                      f"{stack.log_dir}/{name}.log")
         except KeyboardInterrupt:
             pass
         finally:

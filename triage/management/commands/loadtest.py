@@ -22,6 +22,7 @@ import json
 import math
 import os
 import random
+import signal
 import sys
 import threading
 import time
@@ -155,6 +156,8 @@ class Command(BaseCommand):
         port = free_port()
         results = []
         configured = SchedulerSettings.load().policy
+        # SIGTERM (a CI timeout, an operator) unwinds like Ctrl-C, so the children are stopped, not orphaned.
+        previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             stack.start_web(port)
             for policy in policies:
@@ -172,6 +175,7 @@ class Command(BaseCommand):
                 self.stderr.write(f"{policy}: {results[-1]['completed']}/{len(ids)} calls done")
         finally:
             stack.stop_all()
+            signal.signal(signal.SIGTERM, previous)
             _delete_keys(f"triage:loadtest:{run}:*", queue, triage_task_pending_key(queue))
             scheduler_settings_update(actor=LOADTEST_ACTOR, policy=configured)
         return results
@@ -280,3 +284,7 @@ def _plot(results: list[dict], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path)
     print(f"plot written to {path}", file=sys.stderr)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
