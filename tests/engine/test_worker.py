@@ -180,12 +180,46 @@ def test_a_protocol_switch_generates_the_call_again_under_its_new_protocol(make_
     assert get_redis().xpending(stream_names["stream"], "inference")["pending"] == 0
 
 
-def test_prometheus_metrics_name_queue_depth_preemptions_tokens_and_kv_use(make_worker):
-    text = make_worker().prometheus_text()
-    for name in ("triage_inference_queue_depth{esi=\"1\"}", "triage_inference_preemptions_total{mode=\"swap\"}",
-                 "triage_inference_tokens_per_second", "triage_inference_kv_use_ratio",
-                 "triage_inference_off_protocol_sentences_total"):
-        assert name in text
+def _scrape(url: str) -> dict[tuple[str, tuple], float]:
+    from urllib.request import urlopen
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urlopen(url, timeout=5) as response:
+        text = response.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_prometheus_metrics_per_worker_with_ttft_and_e2e_histograms_by_esi(make_worker, stream_names):
+    """Scraped over HTTP as Prometheus would: queue depth, preemptions, tokens, KV use, and per-ESI TTFT and E2E
+    histograms counting every call generated, labelled with the worker's name."""
+    import socket
+
+    calls = _calls(2)
+    worker = make_worker(consumer="scraped")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    worker.opts.metrics_port = port
+    worker.start()
+    _enqueue(stream_names["stream"], calls)
+    thread = _run_in_background(worker)
+    assert _wait(lambda: _all_final(calls))
+    time.sleep(3 * worker.opts.metrics_interval_s)  # the engine loop refreshes the snapshot a scrape reads
+    samples = _scrape(f"http://127.0.0.1:{port}/metrics")
+    worker.request_stop()
+    thread.join(30)
+    w = ("worker", "scraped")
+    assert ("triage_inference_queue_depth", (("esi", "1"), w)) in samples
+    assert ("triage_inference_preemptions_total", (("mode", "swap"), w)) in samples
+    assert samples[("triage_inference_tokens_total", (w,))] > 0
+    assert ("triage_inference_kv_use_ratio", (w,)) in samples
+    assert ("triage_inference_off_protocol_sentences_total", (w,)) in samples
+    for level in {c.level for c in calls}:
+        n = sum(c.level == level for c in calls)
+        assert samples[("triage_inference_ttft_seconds_count", (("esi", str(level)), w))] == n
+        assert samples[("triage_inference_e2e_seconds_count", (("esi", str(level)), w))] == n
 
 
 def _wait(predicate, timeout_s: float = 60.0) -> bool:

@@ -43,6 +43,7 @@ class WorkerOptions:
     read_count: int = 64
     drain_timeout_s: float = 120.0
     metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
 
 
 def text(value: bytes | str) -> str:

@@ -1,15 +1,19 @@
 """The inference worker's metrics: computed on the engine loop's thread (the only one that may read the engine's
-structures), published to the board's Redis hash, and served as Prometheus text from a snapshot."""
+structures), published to the board's Redis hash, and exported to Prometheus from that snapshot (a collector
+reads the latest snapshot, so a scrape never touches the engine) with per-ESI TTFT and E2E histograms. Every
+series carries the worker's consumer name, so several workers are told apart."""
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
+from wsgiref.simple_server import WSGIServer
 
 import redis
+from prometheus_client import CollectorRegistry, Histogram, generate_latest, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from inference.engine import Engine
 from inference.guidance.follow import GuidanceFollower
@@ -20,14 +24,25 @@ PREEMPTION_LABELS = ("swap", "drop", "partial", "paused")
 TOKENS_PER_S_WINDOW_S = 5.0
 
 
+# Seconds: from a few (ESI 1 on a GPU) to the minutes a low-acuity call may wait behind a burst on a CPU.
+LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
+
+
 class WorkerMetrics:
-    def __init__(self, engine: Engine, stats: Counter[str], guidance: GuidanceFollower) -> None:
+    def __init__(self, engine: Engine, stats: Counter[str], guidance: GuidanceFollower, worker: str = "") -> None:
         self.engine, self.stats, self.guidance = engine, stats, guidance
         self._started_at = time.time()
         self._tokens_window: list[tuple[float, int]] = []
         self._last_published = 0.0
-        self._http: ThreadingHTTPServer | None = None
-        self.snapshot = self.compute()  # what the HTTP endpoint serves; the engine loop refreshes it
+        self._http: WSGIServer | None = None
+        self.snapshot = self.compute()  # what a scrape reads; the engine loop refreshes it
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(_SnapshotCollector(self, worker))
+        self._ttft = Histogram("triage_inference_ttft_seconds", "API accept to the first guidance token, by ESI",
+                               ["esi", "worker"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self._e2e = Histogram("triage_inference_e2e_seconds", "API accept to the complete guidance, by ESI",
+                              ["esi", "worker"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self._worker = worker
 
     def observe(self, tokens: int) -> None:
         """One engine iteration produced ``tokens`` tokens."""
@@ -61,6 +76,7 @@ class WorkerMetrics:
             "tokens_total": self.stats["tokens"],
             "off_protocol_sentences_total": self.guidance.off_protocol_total,
             "iterations_total": self.stats["iterations"],
+            "generation_errors_total": self.stats["generation_errors"],
             "updated_at": round(now, 3),
         }
 
@@ -77,48 +93,70 @@ class WorkerMetrics:
         except redis.RedisError:
             log.debug("engine metrics not published", exc_info=True)
 
+    def observe_first_token(self, level: int, waited_s: float) -> None:
+        """A call's first token: ``waited_s`` since the API accepted it (TTFT, the queue wait included)."""
+        self._ttft.labels(esi=str(level), worker=self._worker).observe(max(0.0, waited_s))
+
+    def observe_done(self, level: int, total_s: float) -> None:
+        """A call's guidance is complete: ``total_s`` since the API accepted it (E2E)."""
+        self._e2e.labels(esi=str(level), worker=self._worker).observe(max(0.0, total_s))
+
     def prometheus_text(self) -> str:
-        """The engine loop's latest metrics (the HTTP thread never reads the engine itself)."""
-        m = self.snapshot
-        lines = [
-            "# TYPE triage_inference_queue_depth gauge",
-            *(f'triage_inference_queue_depth{{esi="{k}"}} {v}' for k, v in m["queue_depth_by_esi"].items()),
-            "# TYPE triage_inference_preemptions_total counter",
-            *(f'triage_inference_preemptions_total{{mode="{k}"}} {v}' for k, v in m["preemptions"].items()),
-            "# TYPE triage_inference_tokens_per_second gauge", f"triage_inference_tokens_per_second {m['tokens_per_s']}",
-            "# TYPE triage_inference_tokens_total counter", f"triage_inference_tokens_total {m['tokens_total']}",
-            "# TYPE triage_inference_off_protocol_sentences_total counter",
-            f"triage_inference_off_protocol_sentences_total {m['off_protocol_sentences_total']}",
-            "# TYPE triage_inference_running gauge", f"triage_inference_running {m['running']}",
-            "# TYPE triage_inference_kv_use_ratio gauge", f"triage_inference_kv_use_ratio {m['kv_use']}",
-            "# TYPE triage_inference_kv_tokens gauge",
-            f'triage_inference_kv_tokens{{where="device"}} {m["kv_tokens_device"]}',
-            f'triage_inference_kv_tokens{{where="host"}} {m["kv_tokens_host"]}',
-        ]
-        return "\n".join(lines) + "\n"
+        """The Prometheus exposition of this worker's registry (what ``serve`` answers)."""
+        return generate_latest(self.registry).decode()
 
-    def serve(self, port: int) -> None:
-        metrics = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
-                if self.path.rstrip("/") != "/metrics":
-                    self.send_error(404)
-                    return
-                body = metrics.prometheus_text().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self._http = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        threading.Thread(target=self._http.serve_forever, name="inference-metrics", daemon=True).start()
-        log.info("metrics on http://127.0.0.1:%d/metrics", self._http.server_address[1])
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
+        """Serve /metrics on ``host:port`` (0.0.0.0 for a scraper in another container)."""
+        self._http, _ = start_http_server(port, addr=host, registry=self.registry)
+        log.info("metrics on http://%s:%d/metrics", host, self._http.server_address[1])
 
     def stop(self) -> None:
         if self._http is not None:
             self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+
+
+class _SnapshotCollector:
+    """Prometheus families from the worker's latest snapshot (O(1) per scrape, never reads the engine)."""
+
+    def __init__(self, metrics: WorkerMetrics, worker: str) -> None:
+        self._metrics, self._worker = metrics, worker
+
+    def collect(self) -> Iterator[Metric]:
+        m, w = self._metrics.snapshot, self._worker
+
+        def gauge(name: str, doc: str, value: float, **labels: str) -> GaugeMetricFamily:
+            family = GaugeMetricFamily(name, doc, labels=["worker", *labels])
+            family.add_metric([w, *labels.values()], value)
+            return family
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            family = CounterMetricFamily(name, doc, labels=["worker"])
+            family.add_metric([w], value)
+            return family
+
+        depth = GaugeMetricFamily("triage_inference_queue_depth", "Calls waiting in the engine, by ESI",
+                                  labels=["worker", "esi"])
+        for level, n in m["queue_depth_by_esi"].items():
+            depth.add_metric([w, level], n)
+        yield depth
+        preemptions = CounterMetricFamily("triage_inference_preemptions", "Preemptions, by mode",
+                                          labels=["worker", "mode"])
+        for mode, n in m["preemptions"].items():
+            preemptions.add_metric([w, mode], n)
+        yield preemptions
+        kv = GaugeMetricFamily("triage_inference_kv_tokens", "KV-cache tokens held", labels=["worker", "where"])
+        kv.add_metric([w, "device"], m["kv_tokens_device"])
+        kv.add_metric([w, "host"], m["kv_tokens_host"])
+        yield kv
+        yield gauge("triage_inference_running", "Calls in the running batch", m["running"])
+        yield gauge("triage_inference_kv_use_ratio", "Share of KV blocks in use", m["kv_use"])
+        yield gauge("triage_inference_tokens_per_second", "Tokens generated per second (5 s window)", m["tokens_per_s"])
+        yield gauge("triage_inference_heartbeat_timestamp_seconds", "When the engine loop last published",
+                    m["updated_at"])
+        yield counter("triage_inference_tokens", "Tokens generated", m["tokens_total"])
+        yield counter("triage_inference_off_protocol_sentences", "Sentences the stream guard found off protocol",
+                      m["off_protocol_sentences_total"])
+        yield counter("triage_inference_generation_errors", "Batches' calls the model failed on",
+                      m["generation_errors_total"])

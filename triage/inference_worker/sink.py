@@ -26,6 +26,7 @@ from triage.models import CallStatus
 from triage.services import generation
 
 from .intake import StreamIntake, WorkerOptions
+from .metrics import WorkerMetrics
 
 log = logging.getLogger("triage.inference_worker")
 
@@ -52,8 +53,10 @@ class Pending:
 
 class ResultSink:
     def __init__(self, client: redis.Redis, options: WorkerOptions, intake: StreamIntake, guidance: GuidanceFollower,
-                 stats: Counter[str], readmit: Callable[[int], None]) -> None:
+                 stats: Counter[str], readmit: Callable[[int], None], metrics: WorkerMetrics) -> None:
         self.redis, self.opts, self.intake, self.guidance, self.stats = client, options, intake, guidance, stats
+        self.metrics = metrics
+        self._started: dict[int, tuple[int, float]] = {}  # call id -> (level, arrival) from its first token
         self._readmit = readmit
         self.failures: Counter[int] = Counter()  # call id -> generations the model failed on, in this worker
         self.pending = Pending()
@@ -77,6 +80,8 @@ class ResultSink:
             call_id = int(t.request_id)
             if t.index == 0 and result.stage is not None:
                 pending.of(call_id).move(CallStatus.PREFILLING, at=at)
+            if t.index == 0:
+                self._first_token(call_id, t.request_id)
             pending.of(call_id).move(CallStatus.DECODING, at=at)
             pending.tokens.append((call_id, t.index, t.text))
             if (replacement := self.guidance.on_token(t.request_id, t.text)) is not None:
@@ -89,8 +94,19 @@ class ResultSink:
         self.stats["tokens"] += len(result.tokens)
         self.stats["iterations"] += 1
 
+    def _first_token(self, call_id: int, request_id: str) -> None:
+        seq = self.intake.engine.sequences.get(request_id)
+        if seq is None:
+            return
+        level, arrival = seq.request.level, seq.request.arrival_s
+        self._started[call_id] = (level, arrival)
+        self.metrics.observe_first_token(level, time.time() - arrival)
+
     def _finished(self, call_id: int, text: str, output_tokens: int, reason: str, at: datetime) -> None:
         pending = self.pending
+        started = self._started.pop(call_id, None)
+        if started is not None and reason != "cancelled":
+            self.metrics.observe_done(started[0], time.time() - started[1])
         if reason == "cancelled":
             if self.guidance.on_cancelled(str(call_id)):
                 self._readmit(call_id)  # a protocol switch: generated again, not finished

@@ -41,8 +41,9 @@ class InferenceWorker:
         self._readmit: list[int] = []  # calls to admit again under their new plan (engine loop thread)
         self._guard_threshold: float | None = None  # strict until the settings say otherwise
         self.intake = StreamIntake(engine, client, options, self.guidance, wake=self._wake.set)
-        self.sink = ResultSink(client, options, self.intake, self.guidance, self.stats, readmit=self._readmit.append)
-        self.metrics = WorkerMetrics(engine, self.stats, self.guidance)
+        self.metrics = WorkerMetrics(engine, self.stats, self.guidance, worker=options.consumer)
+        self.sink = ResultSink(client, options, self.intake, self.guidance, self.stats, readmit=self._readmit.append,
+                               metrics=self.metrics)
         self._threads: list[threading.Thread] = []
 
     # --- lifecycle ----------------------------------------------------------------------------------------
@@ -62,7 +63,7 @@ class InferenceWorker:
             t.start()
             self._threads.append(t)
         if self.opts.metrics_port is not None:
-            self.metrics.serve(self.opts.metrics_port)
+            self.metrics.serve(self.opts.metrics_port, self.opts.metrics_host)
 
     def request_stop(self) -> None:
         """SIGTERM: stop taking new calls; the main loop drains what it has and returns."""

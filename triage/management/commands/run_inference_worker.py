@@ -59,6 +59,8 @@ class Command(BaseCommand):
         parser.add_argument("--max-new-tokens", type=int, default=384)
         parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TRIAGE_INFERENCE_METRICS_PORT", "0")),
                             help="serve Prometheus metrics on this port (0: off)")
+        parser.add_argument("--metrics-host", default=os.environ.get("TRIAGE_INFERENCE_METRICS_HOST", "127.0.0.1"),
+                            help="address the metrics port binds (0.0.0.0: scrapable from another container)")
         # 1 by default: on a 2-core machine shared with web and Celery, a second torch thread cost the engine a
         # quarter of its throughput and slowed classification (docs/decisions/shared-cpu-settings.md).
         parser.add_argument("--threads", type=int, default=int(os.environ.get("TRIAGE_INFERENCE_THREADS", "1")))
@@ -81,6 +83,7 @@ class Command(BaseCommand):
             stream=settings.TRIAGE["INFERENCE_STREAM"], group=settings.TRIAGE["INFERENCE_GROUP"],
             consumer=opts["consumer"], control_channel=settings.TRIAGE["CONTROL_CHANNEL"],
             claim_idle_ms=opts["claim_idle_ms"], metrics_port=opts["metrics_port"] or None,
+            metrics_host=opts["metrics_host"],
         ))
         signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
         signal.signal(signal.SIGINT, lambda *_: worker.request_stop())
