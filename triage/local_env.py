@@ -21,7 +21,7 @@ SECRET_KEY_FILE_NAME = "secret-key"
 # CSRF token, no signed value outlives the process), so a key made for the process alone is as good as any.
 OFFLINE_COMMANDS = frozenset({"build_models", "train_predictors", "evaluate_triage", "classify", "calibrate"})
 # Commands that start daphne/Celery/the inference worker of their own on 127.0.0.1 over plain http.
-LOCAL_STACK_COMMANDS = frozenset({"demo", "loadtest", "loadtest_intake"})
+LOCAL_STACK_COMMANDS = frozenset({"demo", "loadtest", "loadtest_intake", "faultdrill"})
 # Of those, the ones a person watches in a browser: the board's conveniences (static files straight from
 # static/, the debug error page) are worth more there than production's behaviour.
 DEBUG_COMMANDS = frozenset({"demo"})
