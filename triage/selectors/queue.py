@@ -17,6 +17,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from inference.guidance.library import UNCLEAR, ProtocolLibrary, load_library
+from triage.board_redis import ENGINE_METRICS_KEY, ENGINE_METRICS_STALE_S, redis_client
 from triage.models import (
     ACTIVE_STATUSES,
     AuditEvent,
@@ -211,8 +212,6 @@ def _round(value: float | None, digits: int = 3) -> float | None:
 
 def engine_metrics() -> dict:
     """What the inference worker last wrote to ``triage:engine:metrics`` (empty when stale or absent)."""
-    from triage.realtime import ENGINE_METRICS_KEY, ENGINE_METRICS_STALE_S, redis_client
-
     raw = redis_client().hgetall(ENGINE_METRICS_KEY)
     if not raw:
         return {}
