@@ -6,7 +6,7 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from scheduler.config import EVICTION_MODES, STAGE_MERGE_MODES, SchedulerConfig
+from scheduler.config import EVICTION_MODES, STAGE_MERGE_MODES, SchedulerConfig, TierPolicy
 
 ESI_LEVELS = (1, 2, 3, 4, 5)
 ESI_VALIDATORS = [MinValueValidator(1), MaxValueValidator(5)]
@@ -118,13 +118,26 @@ class Tier(models.Model):
     aging_step_s = models.FloatField(
         default=0.0, validators=[MinValueValidator(0)], help_text="Seconds of waiting per level of aging (0: off)"
     )
-    aging_ceiling_level = models.PositiveSmallIntegerField(default=1, validators=ESI_VALIDATORS)
+    aging_ceiling_level = models.PositiveSmallIntegerField(
+        default=TierPolicy.aging_ceiling_level, validators=ESI_VALIDATORS,
+        help_text="The best level aging can reach; never better than 2 for a call of ESI 2 or worse",
+    )
 
     class Meta:
         ordering = ["sort_order", "name"]
 
     def __str__(self) -> str:
         return self.name
+
+    def policy(self) -> TierPolicy:
+        """The tier as the scheduler sees it."""
+        return TierPolicy(
+            name=self.name, esi_levels=tuple(self.esi_levels or ()), ttft_target_mean_s=self.ttft_target_mean_s,
+            ttft_target_p90_s=self.ttft_target_p90_s, e2e_target_mean_s=self.e2e_target_mean_s,
+            e2e_target_p90_s=self.e2e_target_p90_s, tdg_weight=self.tdg_weight, max_preemptions=self.max_preemptions,
+            reserved_kv_fraction=self.reserved_kv_fraction, aging_step_s=self.aging_step_s,
+            aging_ceiling_level=self.aging_ceiling_level,
+        )
 
 
 class SchedulerSettings(models.Model):

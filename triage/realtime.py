@@ -42,7 +42,9 @@ Dashboard socket ``ws/dashboard/`` (server → browser JSON)
     ``{"type": "metrics", "seq", "metrics": metrics}`` — about once a second
     ``{"type": "resync", "seq", "reason"}`` — too much changed at once (a "storm"): fetch a snapshot
     browser → server: ``{"type": "snapshot.request"}``.
-    The call and metrics shapes are built by ``triage.selectors.queue``.
+    The call and metrics shapes are built by ``triage.selectors.queue``. A call's ``effective_level`` (the
+    level the queue orders it by) and its ``level_changes`` (``[{"at", "level"}…]``, each later time it
+    improves) come from the scheduler's aging; the board looks them up and never computes aging itself.
 
 Call socket ``ws/calls/<id>/`` (server → browser JSON)
     ``{"type": "replay", "text", "index", "done", "off_protocol"}`` once on connect: everything generated so

@@ -17,16 +17,18 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from inference.guidance.library import UNCLEAR, ProtocolLibrary, load_library
+from scheduler.config import SchedulerConfig
+from scheduler.policies.aging import effective_level, level_changes
 from triage.board_redis import ENGINE_METRICS_KEY, ENGINE_METRICS_STALE_S, redis_client
 from triage.models import (
     ACTIVE_STATUSES,
     AuditEvent,
     Call,
     CallStatus,
-    SchedulerSettings,
     Tier,
     TriageAssessment,
 )
+from triage.selectors.scheduler import scheduler_config_load
 
 METRICS_WINDOW_S = 600  # the sliding window for waiting-time percentiles and SLO attainment
 PREEMPTION_WINDOW_S = 60
@@ -85,9 +87,32 @@ def protocol_choices(library: ProtocolLibrary | None = None) -> list[tuple[str, 
     return [(p.id, f"{p.title} ({library.families[p.family].title})") for p in rows]
 
 
-def call_state(call: Call, library: ProtocolLibrary | None = None) -> dict:
+def call_aging(call: Call, config: SchedulerConfig, now: dt.datetime) -> dict:
+    """The level the queue orders a call by (``effective_level``) and each later time it improves
+    (``level_changes``): the scheduler's own bounded aging, under the live configuration and the tier the
+    scheduler picks, so that the board orders calls as the scheduler does. Only waiting or running calls age."""
+    if call.level is None or call.status not in ACTIVE_STATUSES:
+        return {"effective_level": call.level, "level_changes": []}
+    tier = config.tier_for(call.tier.name if call.tier_id else None, call.level)
+    waited_s = (now - call.created_at).total_seconds()
+    changes = level_changes(call.level, waited_s, tier, config.aging_enabled)
+    return {
+        "effective_level": effective_level(call.level, waited_s, tier, config.aging_enabled),
+        "level_changes": [
+            {"at": _iso(call.created_at + dt.timedelta(seconds=at_s)), "level": level} for at_s, level in changes
+        ],
+    }
+
+
+def call_state(
+    call: Call,
+    library: ProtocolLibrary | None = None,
+    *,
+    config: SchedulerConfig | None = None,
+    now: dt.datetime | None = None,
+) -> dict:
     """One call as the board shows it (the ``call`` payload of snapshots and ``call.updated``); ``call_states``
-    passes the protocol library loaded once for the whole batch."""
+    passes the protocol library and the scheduler configuration loaded once for the whole batch."""
     assessment = getattr(call, "assessment", None)  # the reverse one-to-one's error is an AttributeError
     summary = " ".join(call.transcript.split())
     if len(summary) > SUMMARY_CHARS:
@@ -98,6 +123,7 @@ def call_state(call: Call, library: ProtocolLibrary | None = None) -> dict:
         "status": call.status,
         "live": is_live(call),
         "level": call.level,
+        **call_aging(call, config or scheduler_config_load(), now or timezone.now()),
         "predicted_esi": assessment.predicted_esi if assessment else None,
         "overridden": bool(assessment and assessment.override_esi),
         "decision_point": assessment.decision_point if assessment else None,
@@ -121,8 +147,8 @@ def call_state(call: Call, library: ProtocolLibrary | None = None) -> dict:
 def call_states(call_ids: Iterable[int]) -> dict[int, dict]:
     """``call_state`` for each existing call among ``call_ids`` (missing ids are simply absent)."""
     calls = Call.objects.filter(pk__in=list(call_ids)).select_related("tier", "assessment", "acknowledged_by")
-    library = load_library()
-    return {c.pk: call_state(c, library) for c in calls}
+    library, config, now = load_library(), scheduler_config_load(), timezone.now()
+    return {c.pk: call_state(c, library, config=config, now=now) for c in calls}
 
 
 def tier_state(tier: Tier) -> dict:
@@ -136,31 +162,15 @@ def tier_state(tier: Tier) -> dict:
         "ttft_target_p90_s": tier.ttft_target_p90_s,
         "e2e_target_mean_s": tier.e2e_target_mean_s,
         "e2e_target_p90_s": tier.e2e_target_p90_s,
-        "aging_step_s": tier.aging_step_s,
-        "aging_ceiling_level": tier.aging_ceiling_level,
     }
 
 
-def effective_level(row: dict, tier: dict | None, *, now_s: float, aging_enabled: bool) -> int:
-    """The level the queue is sorted by: the (overridden) ESI, improved by bounded aging.
-
-    Aging moves a waiting call up one level per ``aging_step_s`` of waiting, never past its tier's
-    ceiling — the same rule the scheduler applies, and the one ``static/js/board.js`` mirrors.
-    """
-    level = row["level"] if row["level"] is not None else 6  # untriaged calls sort last
-    if not aging_enabled or tier is None or not tier["aging_step_s"] or row["level"] is None:
-        return level
-    waited = max(0.0, now_s - dt.datetime.fromisoformat(row["created_at"]).timestamp())
-    aged = level - int(waited // tier["aging_step_s"])
-    return max(min(level, tier["aging_ceiling_level"]), aged)
-
-
-def sort_calls(rows: Sequence[dict], tiers: dict[int, dict], *, now_s: float, aging_enabled: bool) -> list[dict]:
-    """Live queue order: effective urgency, then longest waiting first, then id."""
+def sort_calls(rows: Sequence[dict]) -> list[dict]:
+    """Live queue order: effective (aged) level, untriaged last, then longest waiting first, then id."""
     return sorted(
         rows,
         key=lambda r: (
-            effective_level(r, tiers.get(r["tier_id"]), now_s=now_s, aging_enabled=aging_enabled),
+            r["effective_level"] if r["effective_level"] is not None else 6,
             dt.datetime.fromisoformat(r["created_at"]),
             r["id"],
         ),
@@ -174,14 +184,14 @@ def queue_snapshot(*, with_metrics: bool = True) -> dict:
     """
     now = timezone.now()
     tiers = {t.pk: tier_state(t) for t in Tier.objects.all()}
-    aging_enabled = SchedulerSettings.load().aging_enabled
+    config = scheduler_config_load()
     library = load_library()
-    rows = [call_state(c, library) for c in live_calls()]
+    rows = [call_state(c, library, config=config, now=now) for c in live_calls()]
     snapshot = {
         "server_time": now.isoformat(),
-        "calls": sort_calls(rows, tiers, now_s=now.timestamp(), aging_enabled=aging_enabled),
+        "calls": sort_calls(rows),
         "tiers": sorted(tiers.values(), key=lambda t: (t["sort_order"], t["name"])),
-        "aging_enabled": aging_enabled,
+        "aging_enabled": config.aging_enabled,
     }
     if with_metrics:
         snapshot["metrics"] = board_metrics(now=now)
