@@ -6,10 +6,9 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from scheduler.config import EVICTION_MODES, STAGE_MERGE_MODES, SchedulerConfig, TierPolicy
+from scheduler.config import ESI_LEVELS, EVICTION_MODES, STAGE_MERGE_MODES, SchedulerConfig, TierPolicy
 
-ESI_LEVELS = (1, 2, 3, 4, 5)
-ESI_VALIDATORS = [MinValueValidator(1), MaxValueValidator(5)]
+ESI_VALIDATORS = [MinValueValidator(min(ESI_LEVELS)), MaxValueValidator(max(ESI_LEVELS))]
 
 
 class CallStatus(models.TextChoices):
@@ -38,18 +37,10 @@ FINAL_STATUSES = (CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED)
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     CallStatus.RECEIVED: frozenset({CallStatus.TRIAGED, CallStatus.FAILED, CallStatus.CANCELLED}),
     CallStatus.TRIAGED: frozenset({CallStatus.QUEUED, CallStatus.FAILED, CallStatus.CANCELLED}),
-    CallStatus.QUEUED: frozenset(
-        {CallStatus.PREFILLING, CallStatus.DECODING, CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED}
-    ),
-    CallStatus.PREFILLING: frozenset(
-        {CallStatus.DECODING, CallStatus.PREEMPTED, CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED}
-    ),
-    CallStatus.DECODING: frozenset(
-        {CallStatus.PREEMPTED, CallStatus.PREFILLING, CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED}
-    ),
-    CallStatus.PREEMPTED: frozenset(
-        {CallStatus.PREFILLING, CallStatus.DECODING, CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED}
-    ),
+    CallStatus.QUEUED: frozenset({CallStatus.PREFILLING, CallStatus.DECODING, *FINAL_STATUSES}),
+    CallStatus.PREFILLING: frozenset({CallStatus.DECODING, CallStatus.PREEMPTED, *FINAL_STATUSES}),
+    CallStatus.DECODING: frozenset({CallStatus.PREEMPTED, CallStatus.PREFILLING, *FINAL_STATUSES}),
+    CallStatus.PREEMPTED: frozenset({CallStatus.PREFILLING, CallStatus.DECODING, *FINAL_STATUSES}),
     CallStatus.DONE: frozenset({CallStatus.QUEUED}),  # a protocol switch generates the guidance again
     CallStatus.FAILED: frozenset({CallStatus.QUEUED}),  # a supervisor may retry a failed call
     CallStatus.CANCELLED: frozenset(),

@@ -17,7 +17,8 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from inference.guidance.library import UNCLEAR, ProtocolLibrary, load_library
-from scheduler.config import SchedulerConfig
+from scheduler.config import ESI_LEVELS, SchedulerConfig
+from scheduler.metrics import meets_slo, slo_attainment, slo_targets
 from scheduler.policies.aging import effective_level, level_changes
 from triage.board_redis import ENGINE_METRICS_KEY, ENGINE_METRICS_STALE_S, redis_client
 from triage.models import (
@@ -237,9 +238,9 @@ def engine_metrics() -> dict:
 def board_metrics(*, now: dt.datetime | None = None, window_s: int = METRICS_WINDOW_S) -> dict:
     """The metrics panel over a sliding window of finished calls (DESIGN.md §4 definitions).
 
-    Waiting time is completion − arrival; TTFT is first token − arrival; a call meets its tier's
-    SLO when its TTFT and E2E are within the tier's p90 targets (a per-call test against the p90
-    target: at least 90% of calls should pass).
+    Waiting time is completion − arrival; TTFT is first token − arrival; whether a call met its tier's SLO
+    is the scheduler's own test (``scheduler.metrics.meets_slo``), so the board's attainment is the
+    simulator's and the load test's.
     """
     now = now or timezone.now()
     since = now - dt.timedelta(seconds=window_s)
@@ -248,21 +249,22 @@ def board_metrics(*, now: dt.datetime | None = None, window_s: int = METRICS_WIN
         .order_by("-done_at")
         .values("level", "tier_id", "created_at", "first_token_at", "done_at")[:5000]
     )
-    waiting_by_level: dict[str, list[float]] = {str(level): [] for level in range(1, 6)}
+    waiting_by_level: dict[str, list[float]] = {str(level): [] for level in ESI_LEVELS}
     ttft: list[float] = []
     tiers = {t.pk: t for t in Tier.objects.all()}
+    targets = {pk: slo_targets(t.policy()) for pk, t in tiers.items()}
     slo_hits: dict[int, list[bool]] = {pk: [] for pk in tiers}
     for row in finished:
         waited = (row["done_at"] - row["created_at"]).total_seconds()
-        if row["level"] in (1, 2, 3, 4, 5):
+        if row["level"] in ESI_LEVELS:
             waiting_by_level[str(row["level"])].append(waited)
         first = (row["first_token_at"] - row["created_at"]).total_seconds() if row["first_token_at"] else None
         if first is not None:
             ttft.append(first)
-        tier = tiers.get(row["tier_id"])
-        if tier is not None:
-            slo_hits[tier.pk].append(
-                first is not None and first <= tier.ttft_target_p90_s and waited <= tier.e2e_target_p90_s
+        if row["tier_id"] in targets:
+            ttft_target_s, e2e_target_s = targets[row["tier_id"]]
+            slo_hits[row["tier_id"]].append(
+                meets_slo(ttft_s=first, e2e_s=waited, ttft_target_s=ttft_target_s, e2e_target_s=e2e_target_s)
             )
     preemptions = AuditEvent.objects.filter(
         to_status=CallStatus.PREEMPTED, created_at__gte=now - dt.timedelta(seconds=PREEMPTION_WINDOW_S)
@@ -284,7 +286,7 @@ def board_metrics(*, now: dt.datetime | None = None, window_s: int = METRICS_WIN
             {
                 "tier_id": pk,
                 "name": tiers[pk].name,
-                "attained": _round(sum(hits) / len(hits)) if hits else None,
+                "attained": _round(slo_attainment(hits)),
                 "n": len(hits),
             }
             for pk, hits in sorted(slo_hits.items(), key=lambda kv: (tiers[kv[0]].sort_order, tiers[kv[0]].name))

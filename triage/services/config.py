@@ -15,7 +15,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from triage.models import SchedulerSettings, Tier
+from triage.models import ESI_LEVELS, SchedulerSettings, Tier
 from triage.realtime import mark_calls_dirty
 from triage.selectors.queue import live_calls
 from triage.streams import control_publish_on_commit
@@ -68,7 +68,7 @@ def _assign(instance: Tier | SchedulerSettings, fields: Mapping[str, Any], allow
 def _check_esi_levels(instance: Tier | SchedulerSettings) -> None:
     levels = getattr(instance, "esi_levels", None)
     if levels is not None and (
-        not isinstance(levels, list) or any(isinstance(x, bool) or x not in (1, 2, 3, 4, 5) for x in levels)
+        not isinstance(levels, list) or any(isinstance(x, bool) or x not in ESI_LEVELS for x in levels)
     ):
         raise DomainError("invalid ESI levels", fields={"esi_levels": ["a list of ESI levels 1-5"]})
 

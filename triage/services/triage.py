@@ -26,7 +26,7 @@ from django.utils import timezone
 from inference.guidance.library import ProtocolLibrary, load_library
 from inference.guidance.plan import guidance_prompt as plan_prompt
 from inference.predictors.protocol import ProtocolChoice
-from triage.models import AuditEvent, Call, CallStatus, DecisionPoint, Tier, TriageAssessment
+from triage.models import ESI_LEVELS, AuditEvent, Call, CallStatus, DecisionPoint, Tier, TriageAssessment
 from triage.realtime import call_changed_on_commit
 from triage.selectors.calls import call_guidance_plan
 from triage.streams import stream_append_many
@@ -75,7 +75,7 @@ def estimate_prompt_tokens(prompt: str) -> int:
 
 def _check_prediction(call: Call, prediction: Prediction) -> None:
     probabilities = list(prediction.probabilities)
-    if prediction.esi not in (1, 2, 3, 4, 5) or len(probabilities) != 5:
+    if prediction.esi not in ESI_LEVELS or len(probabilities) != len(ESI_LEVELS):
         raise DomainError(f"invalid prediction for call {call.pk}", fields={"esi": [f"got {prediction.esi}"]})
     if prediction.decision_point not in DecisionPoint.values or not list(prediction.reasons):
         raise DomainError(

@@ -63,11 +63,11 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def summarise(policy: str, call_ids: list[int]) -> dict:
-    from triage.models import AuditEvent, Call
+    from triage.models import ESI_LEVELS, AuditEvent, Call
 
     calls = list(Call.objects.filter(pk__in=call_ids))
     by_esi: dict[str, dict] = {}
-    for level in range(1, 6):
+    for level in ESI_LEVELS:
         group = [c for c in calls if c.level == level and c.done_at and c.first_token_at]
         ttft = [(c.first_token_at - c.created_at).total_seconds() for c in group]
         e2e = [(c.done_at - c.created_at).total_seconds() for c in group]
@@ -181,7 +181,7 @@ class Command(BaseCommand):
         return results
 
     def _replay(self, base: str, token: str, trace, timeout_s: float) -> list[int]:  # noqa: ANN001
-        from triage.models import Call, CallStatus
+        from triage.models import FINAL_STATUSES, Call
 
         stamp = uuid.uuid4().hex[:8]
         started = time.monotonic()
@@ -209,9 +209,8 @@ class Command(BaseCommand):
         with ThreadPoolExecutor(max_workers=16) as pool:
             list(pool.map(post, enumerate(trace)))
         deadline = time.monotonic() + timeout_s
-        final = (CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED)
         while time.monotonic() < deadline:
-            if Call.objects.filter(pk__in=ids, status__in=final).count() == len(ids):
+            if Call.objects.filter(pk__in=ids, status__in=FINAL_STATUSES).count() == len(ids):
                 break
             time.sleep(1.0)
         return ids
