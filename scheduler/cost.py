@@ -132,14 +132,6 @@ class CostModel:
     def kv_capacity_blocks(self, block_size: int) -> int:
         return self.kv_capacity_tokens // block_size
 
-    def scaled(self, factor: float) -> CostModel:
-        """All time coefficients times ``factor`` (the online correction)."""
-        return replace(
-            self, alpha1=self.alpha1 * factor, alpha2=self.alpha2 * factor, gamma1=self.gamma1 * factor,
-            gamma2=self.gamma2 * factor, beta_s_per_token=self.beta_s_per_token * factor,
-            iteration_overhead_s=self.iteration_overhead_s * factor,
-        )
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -247,34 +239,3 @@ def fit_cost_model(
         if denom > 0:
             fitted["beta_s_per_token"] = max(0.0, float(tokens @ seconds) / denom)
     return replace(base, name="fitted", **{k: float(v) for k, v in fitted.items()})
-
-
-class OnlineCorrection:
-    """A running factor measured/predicted, updated with momentum after every iteration:
-
-        factor <- momentum * factor + (1 - momentum) * measured / predicted
-
-    so the cost model tracks a machine that is uniformly faster or slower than its preset. O(1)."""
-
-    def __init__(self, momentum: float = 0.9, initial: float = 1.0, bounds: tuple[float, float] = (0.1, 10.0)):
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError("momentum must be in [0, 1)")
-        self.momentum = momentum
-        self.factor = initial
-        self.bounds = bounds
-
-    def update(self, measured_s: float, predicted_s: float) -> float:
-        if predicted_s > 0 and measured_s >= 0:
-            ratio = min(max(measured_s / predicted_s, self.bounds[0]), self.bounds[1])
-            self.factor = self.momentum * self.factor + (1.0 - self.momentum) * ratio
-        return self.factor
-
-    def apply(self, cost: CostModel) -> CostModel:
-        return cost.scaled(self.factor)
-
-    def to_dict(self) -> dict[str, float]:
-        return {"momentum": self.momentum, "factor": self.factor}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, float]) -> OnlineCorrection:
-        return cls(momentum=data["momentum"], initial=data["factor"])

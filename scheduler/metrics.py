@@ -2,7 +2,8 @@
 
 - waiting time = completion - arrival (sojourn, the request's own service included); normalized waiting
   time = waiting time per generated token; TTFT = first token - arrival; E2E = completion - arrival.
-- SLO attainment: share of requests meeting both their tier's mean TTFT and mean E2E targets.
+- SLO attainment: share of requests meeting both their tier's mean TTFT and mean E2E targets (``meets_slo``,
+  ``slo_attainment``: the simulator, the load test and the dispatcher board all count it with these).
 - TDG ratio (PROSERVE): sum of weights of tokens delivered by their deadline over the sum of all weights;
   token i of a request is due at arrival + TTFT target + (i - 1) * TPOT target, weighs the tier's
   ``tdg_weight`` times ``FIRST_TOKEN_WEIGHT`` for the first token, times 1 after.
@@ -15,8 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from scheduler.config import ESI_LEVELS, TierPolicy
+
 FIRST_TOKEN_WEIGHT = 4.0
-LEVEL_KEYS = ("1", "2", "3", "4", "5")
+LEVEL_KEYS = tuple(str(level) for level in ESI_LEVELS)
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,21 @@ class RequestOutcome:
     e2e_target_s: float
 
 
+def slo_targets(tier: TierPolicy) -> tuple[float, float]:
+    """The (TTFT, E2E) seconds a request of ``tier`` must each stay within to meet its SLO."""
+    return tier.ttft_target_mean_s, tier.e2e_target_mean_s
+
+
+def meets_slo(*, ttft_s: float | None, e2e_s: float, ttft_target_s: float, e2e_target_s: float) -> bool:
+    """Whether a finished request met its SLO; one that never produced a token (``ttft_s`` None) did not."""
+    return ttft_s is not None and ttft_s <= ttft_target_s and e2e_s <= e2e_target_s
+
+
+def slo_attainment(met: Sequence[bool]) -> float | None:
+    """The share of requests that met their SLO; None for no requests."""
+    return sum(met) / len(met) if met else None
+
+
 def _round(x: float) -> float:
     return round(float(x), 6)
 
@@ -43,7 +61,11 @@ def summarise(outcomes: Sequence[RequestOutcome]) -> dict[str, float]:
     ttft = np.array([o.first_token_s - o.arrival_s for o in outcomes])
     tokens = np.array([max(1, o.output_tokens) for o in outcomes])
     tpot = np.array([(o.finish_s - o.first_token_s) / (o.output_tokens - 1) for o in outcomes if o.output_tokens > 1])
-    met = [o.first_token_s - o.arrival_s <= o.ttft_target_s and o.finish_s - o.arrival_s <= o.e2e_target_s for o in outcomes]
+    met = [
+        meets_slo(ttft_s=o.first_token_s - o.arrival_s, e2e_s=o.finish_s - o.arrival_s,
+                  ttft_target_s=o.ttft_target_s, e2e_target_s=o.e2e_target_s)
+        for o in outcomes
+    ]
     p = np.percentile
     return {
         "count": len(outcomes),
@@ -58,7 +80,7 @@ def summarise(outcomes: Sequence[RequestOutcome]) -> dict[str, float]:
         "tpot_mean": _round(tpot.mean()) if len(tpot) else 0.0,
         "e2e_mean": _round(wait.mean()),
         "e2e_p99": _round(p(wait, 99)),
-        "slo_attainment": _round(sum(met) / len(met)),
+        "slo_attainment": _round(slo_attainment(met)),
         "preemptions_mean": _round(np.mean([o.preemptions for o in outcomes])),
     }
 

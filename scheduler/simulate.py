@@ -27,7 +27,7 @@ from typing import Any
 from scheduler.config import EVICTION_MODES, STAGE_MERGE_MODES, SchedulerConfig
 from scheduler.cost import PRESETS, CostModel
 from scheduler.decision import Decision
-from scheduler.metrics import RequestOutcome, TdgAccumulator, by_esi, summarise
+from scheduler.metrics import RequestOutcome, TdgAccumulator, by_esi, slo_targets, summarise
 from scheduler.policies import POLICIES, BaseScheduler, make_scheduler
 from scheduler.request import Request, Stage
 from scheduler.workloads import (
@@ -178,14 +178,15 @@ def simulate(
     done, clock, iterations, generated = drive(scheduler, requests, cost, on_token=on_token, progress=bar)
     if bar is not None:
         bar.close()
-    outcomes = [
-        RequestOutcome(
+    def outcome(r: Request) -> RequestOutcome:
+        ttft_target_s, e2e_target_s = slo_targets(r.payload["tier"])
+        return RequestOutcome(
             esi=r.payload["true_level"], arrival_s=r.arrival_s, first_token_s=r.first_token_s, finish_s=r.finish_s,
             output_tokens=r.generated_tokens, preemptions=r.preemptions,
-            ttft_target_s=r.payload["tier"].ttft_target_mean_s, e2e_target_s=r.payload["tier"].e2e_target_mean_s,
+            ttft_target_s=ttft_target_s, e2e_target_s=e2e_target_s,
         )
-        for r in done
-    ]
+
+    outcomes = [outcome(r) for r in done]
     outcomes.sort(key=lambda o: (o.arrival_s, o.esi, o.finish_s))
     start = requests[0].arrival_s if requests else 0.0
     return SimResult(

@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from inference.guidance.library import load_library
-from triage.models import ApiClient, AuditEvent, SchedulerSettings, Tier
+from triage.models import ESI_LEVELS, ApiClient, AuditEvent, SchedulerSettings, Tier
 from triage.roles import is_admin, is_supervisor
 from triage.services.clients import api_client_create, api_client_deactivate, api_client_rotate
 from triage.services.config import (
@@ -83,7 +83,7 @@ class TierForm(forms.ModelForm):
 
     def clean_esi_levels(self) -> list[int]:
         levels = self.cleaned_data["esi_levels"]
-        if not isinstance(levels, list) or any(isinstance(x, bool) or x not in (1, 2, 3, 4, 5) for x in levels):
+        if not isinstance(levels, list) or any(isinstance(x, bool) or x not in ESI_LEVELS for x in levels):
             raise forms.ValidationError("A list of ESI levels from 1 to 5, e.g. [1] or [3, 4].")
         return sorted(set(levels))
 

@@ -15,7 +15,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from triage import realtime
-from triage.models import Call
+from triage.models import FINAL_STATUSES, Call
 from triage.roles import has_any_role
 from triage.selectors.queue import queue_snapshot
 
@@ -123,7 +123,7 @@ class CallConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         replay = await _replay(self.call_id, -1)
-        final = call.status in ("done", "failed", "cancelled")
+        final = call.status in FINAL_STATUSES
         if replay.last_index < 0 and not replay.done and call.guidance:
             # The replay log has expired (or this call predates it): the database has the text.
             await self.send_json({"type": "replay", "text": call.guidance, "index": -1, "done": final,

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from django import forms
 
+from triage.models import ESI_LEVELS
 from triage.services.board import OUTCOME_MAX_CHARS
 
-LEVEL_CHOICES = [(level, f"ESI {level}") for level in range(1, 6)]
+LEVEL_CHOICES = [(level, f"ESI {level}") for level in ESI_LEVELS]
 OUTCOME_SUGGESTIONS = (
     "Ambulance dispatched",
     "Fire service dispatched",

@@ -20,7 +20,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
-from triage.realtime import ENGINE_METRICS_KEY
+from triage.board_redis import ENGINE_METRICS_KEY
 from triage.streams import get_redis
 
 LIVENESS_PATH = "/healthz"

@@ -6,10 +6,9 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from scheduler.config import EVICTION_MODES, STAGE_MERGE_MODES, SchedulerConfig
+from scheduler.config import ESI_LEVELS, EVICTION_MODES, STAGE_MERGE_MODES, SchedulerConfig, TierPolicy
 
-ESI_LEVELS = (1, 2, 3, 4, 5)
-ESI_VALIDATORS = [MinValueValidator(1), MaxValueValidator(5)]
+ESI_VALIDATORS = [MinValueValidator(min(ESI_LEVELS)), MaxValueValidator(max(ESI_LEVELS))]
 
 
 class CallStatus(models.TextChoices):
@@ -38,18 +37,10 @@ FINAL_STATUSES = (CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED)
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     CallStatus.RECEIVED: frozenset({CallStatus.TRIAGED, CallStatus.FAILED, CallStatus.CANCELLED}),
     CallStatus.TRIAGED: frozenset({CallStatus.QUEUED, CallStatus.FAILED, CallStatus.CANCELLED}),
-    CallStatus.QUEUED: frozenset(
-        {CallStatus.PREFILLING, CallStatus.DECODING, CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED}
-    ),
-    CallStatus.PREFILLING: frozenset(
-        {CallStatus.DECODING, CallStatus.PREEMPTED, CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED}
-    ),
-    CallStatus.DECODING: frozenset(
-        {CallStatus.PREEMPTED, CallStatus.PREFILLING, CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED}
-    ),
-    CallStatus.PREEMPTED: frozenset(
-        {CallStatus.PREFILLING, CallStatus.DECODING, CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED}
-    ),
+    CallStatus.QUEUED: frozenset({CallStatus.PREFILLING, CallStatus.DECODING, *FINAL_STATUSES}),
+    CallStatus.PREFILLING: frozenset({CallStatus.DECODING, CallStatus.PREEMPTED, *FINAL_STATUSES}),
+    CallStatus.DECODING: frozenset({CallStatus.PREEMPTED, CallStatus.PREFILLING, *FINAL_STATUSES}),
+    CallStatus.PREEMPTED: frozenset({CallStatus.PREFILLING, CallStatus.DECODING, *FINAL_STATUSES}),
     CallStatus.DONE: frozenset({CallStatus.QUEUED}),  # a protocol switch generates the guidance again
     CallStatus.FAILED: frozenset({CallStatus.QUEUED}),  # a supervisor may retry a failed call
     CallStatus.CANCELLED: frozenset(),
@@ -118,13 +109,26 @@ class Tier(models.Model):
     aging_step_s = models.FloatField(
         default=0.0, validators=[MinValueValidator(0)], help_text="Seconds of waiting per level of aging (0: off)"
     )
-    aging_ceiling_level = models.PositiveSmallIntegerField(default=1, validators=ESI_VALIDATORS)
+    aging_ceiling_level = models.PositiveSmallIntegerField(
+        default=TierPolicy.aging_ceiling_level, validators=ESI_VALIDATORS,
+        help_text="The best level aging can reach; never better than 2 for a call of ESI 2 or worse",
+    )
 
     class Meta:
         ordering = ["sort_order", "name"]
 
     def __str__(self) -> str:
         return self.name
+
+    def policy(self) -> TierPolicy:
+        """The tier as the scheduler sees it."""
+        return TierPolicy(
+            name=self.name, esi_levels=tuple(self.esi_levels or ()), ttft_target_mean_s=self.ttft_target_mean_s,
+            ttft_target_p90_s=self.ttft_target_p90_s, e2e_target_mean_s=self.e2e_target_mean_s,
+            e2e_target_p90_s=self.e2e_target_p90_s, tdg_weight=self.tdg_weight, max_preemptions=self.max_preemptions,
+            reserved_kv_fraction=self.reserved_kv_fraction, aging_step_s=self.aging_step_s,
+            aging_ceiling_level=self.aging_ceiling_level,
+        )
 
 
 class SchedulerSettings(models.Model):

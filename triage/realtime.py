@@ -42,7 +42,9 @@ Dashboard socket ``ws/dashboard/`` (server → browser JSON)
     ``{"type": "metrics", "seq", "metrics": metrics}`` — about once a second
     ``{"type": "resync", "seq", "reason"}`` — too much changed at once (a "storm"): fetch a snapshot
     browser → server: ``{"type": "snapshot.request"}``.
-    The call and metrics shapes are built by ``triage.selectors.queue``.
+    The call and metrics shapes are built by ``triage.selectors.queue``. A call's ``effective_level`` (the
+    level the queue orders it by) and its ``level_changes`` (``[{"at", "level"}…]``, each later time it
+    improves) come from the scheduler's aging; the board looks them up and never computes aging itself.
 
 Call socket ``ws/calls/<id>/`` (server → browser JSON)
     ``{"type": "replay", "text", "index", "done", "off_protocol"}`` once on connect: everything generated so
@@ -60,14 +62,17 @@ import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import lru_cache
 
 import redis
 from asgiref.sync import async_to_sync
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
-from django.conf import settings
 from django.db import transaction
+
+# The inference worker writes the engine metrics through this module's name for the key.
+from triage.board_redis import ENGINE_METRICS_KEY as ENGINE_METRICS_KEY
+from triage.board_redis import redis_client
+from triage.selectors.queue import board_metrics, call_states
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +83,6 @@ FLUSH_LOCK_KEY = "triage:board:flush-lock"
 STORM_COOLDOWN_KEY = "triage:board:storm-cooldown"
 METRICS_DUE_KEY = "triage:board:metrics-due"
 METRICS_HISTORY_KEY = "triage:board:metrics-history"
-ENGINE_METRICS_KEY = "triage:engine:metrics"
 
 FLUSH_INTERVAL_S = 0.25  # "a few per second"
 STORM_THRESHOLD = 25  # more dirty calls than this in one flush: send one resync instead
@@ -86,7 +90,6 @@ STORM_COOLDOWN_S = 1.0  # at most one resync a second, however long the storm la
 METRICS_INTERVAL_S = 1.0
 METRICS_HISTORY_POINTS = 120
 TOKEN_STREAM_TTL_S = 3600
-ENGINE_METRICS_STALE_S = 10.0
 
 
 def call_group(call_id: int) -> str:
@@ -95,16 +98,6 @@ def call_group(call_id: int) -> str:
 
 def token_stream_key(call_id: int) -> str:
     return f"triage:tokens:{call_id}"
-
-
-@lru_cache(maxsize=4)
-def _redis_for(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, decode_responses=True, socket_timeout=5)
-
-
-def redis_client() -> redis.Redis:
-    """The process's Redis client (thread-safe connection pool) for the configured REDIS_URL."""
-    return _redis_for(settings.REDIS_URL)
 
 
 # --- marking changes -------------------------------------------------------------------------------
@@ -151,8 +144,6 @@ def flush_dashboard(*, force_metrics: bool = False) -> FlushResult:
     event newer than the snapshot's seq is applied on top of it; a change committed after our read
     re-marks the call dirty and goes out in a later flush.
     """
-    from triage.selectors.queue import board_metrics, call_states
-
     r = redis_client()
     result = FlushResult()
     token = uuid.uuid4().hex

@@ -22,10 +22,10 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from triage.forms import OUTCOME_SUGGESTIONS, CancelForm, CloseForm, OverrideForm, ProtocolForm, SearchForm
-from triage.models import Call, CallStatus
+from triage.models import FINAL_STATUSES, Call, CallStatus
 from triage.roles import has_any_role, is_dispatcher, is_supervisor
 from triage.selectors.queue import is_live, protocol_choices, protocol_state
-from triage.services.board import CLOSABLE_STATUSES, call_acknowledge, call_close
+from triage.services.board import call_acknowledge, call_close
 from triage.services.calls import call_cancel
 from triage.services.errors import DomainError
 from triage.services.overrides import call_override_level
@@ -47,10 +47,10 @@ def _call_context(request: HttpRequest, call: Call) -> dict:
         "protocol": protocol_state(getattr(call, "assessment", None)),
         "live": is_live(call),
         "can_act": is_dispatcher(request.user),
-        "can_override": call.status not in (CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED),
+        "can_override": call.status not in FINAL_STATUSES,
         "can_cancel": call.is_active,
         "can_retry": call.status == CallStatus.FAILED and getattr(call, "assessment", None) is not None,
-        "can_close": call.status in CLOSABLE_STATUSES and call.closed_at is None,
+        "can_close": call.status in FINAL_STATUSES and call.closed_at is None,
         "override_form": OverrideForm(initial={"level": call.level}),
         "can_switch_protocol": call.status in SWITCHABLE and getattr(call, "assessment", None) is not None,
         "protocol_choices": protocol_choices(),

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 # Distance between tiers in vLLM priority units; leaves room for ordering inside a level (see `vllm_priority`).
 LEVEL_STRIDE = 1000
-TIER_OFFSETS = {"Immediate": 0, "Emergent": 0, "Urgent": 0, "Less urgent": 0, "Non-urgent": 0}
 
 
 class VllmUnavailable(RuntimeError):

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from inference.data_files import ContentCache, check_keys, parse_yaml
+from scheduler.config import ESI_LEVELS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-ESI_LEVELS = (1, 2, 3, 4, 5)
 UNCLEAR = "unclear"  # the selection when the selector is not confident: the family's key questions are read
 PATIENT_SLOT = "{patient}"
 PATIENT_FILLS = ("the patient", "the child", "the baby")

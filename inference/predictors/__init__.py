@@ -24,6 +24,8 @@ import os
 import threading
 from pathlib import Path
 
+from scheduler.config import ESI_LEVELS
+
 from .predictor import TriagePrediction, TriagePredictor, describe_findings
 
 __all__ = [
@@ -36,7 +38,6 @@ __all__ = [
     "load_triage_predictor",
 ]
 
-ESI_LEVELS = (1, 2, 3, 4, 5)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 

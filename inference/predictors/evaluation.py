@@ -7,7 +7,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-LEVELS = (1, 2, 3, 4, 5)
+from scheduler.config import ESI_LEVELS
 
 
 def _ratio(numerator: int, denominator: int) -> float:
@@ -16,7 +16,7 @@ def _ratio(numerator: int, denominator: int) -> float:
 
 def confusion_matrix(true: Sequence[int], pred: Sequence[int]) -> list[list[int]]:
     """Rows: true ESI 1-5; columns: predicted ESI 1-5."""
-    matrix = [[0] * len(LEVELS) for _ in LEVELS]
+    matrix = [[0] * len(ESI_LEVELS) for _ in ESI_LEVELS]
     for t, p in zip(true, pred, strict=True):
         matrix[t - 1][p - 1] += 1
     return matrix
@@ -25,7 +25,7 @@ def confusion_matrix(true: Sequence[int], pred: Sequence[int]) -> list[list[int]
 def esi_metrics(true: Sequence[int], pred: Sequence[int]) -> dict[str, Any]:
     matrix = confusion_matrix(true, pred)
     per_level = {}
-    for k in LEVELS:
+    for k in ESI_LEVELS:
         support = sum(matrix[k - 1])
         predicted = sum(row[k - 1] for row in matrix)
         hits = matrix[k - 1][k - 1]

@@ -43,3 +43,22 @@ def next_aging_event_s(level: int, arrival_s: float, now_s: float, tier: TierPol
         return None  # already overdue
     # A hair past the step boundary, so that floor(waited / step) has certainly advanced when it fires.
     return arrival_s + (steps + 1) * tier.aging_step_s * (1 + 1e-12) + 1e-9
+
+
+def level_changes(level: int, waited_s: float, tier: TierPolicy, enabled: bool) -> list[tuple[float, int]]:
+    """Each later point at which the effective level improves, as (waited seconds, level it improves to).
+
+    What a display needs to follow aging between updates without computing it; O(level) entries. Waiting
+    times are relative to arrival: on Unix-epoch clocks the step boundaries would drown in rounding.
+    """
+    changes: list[tuple[float, int]] = []
+    current = effective_level(level, waited_s, tier, enabled)
+    at_s = next_aging_event_s(level, 0.0, waited_s, tier, enabled)
+    while at_s is not None:
+        aged = effective_level(level, at_s, tier, enabled)
+        if aged != current:
+            # The step boundary itself: ``at_s`` is a hair past it, which suits a timer but not a display.
+            changes.append((aging_steps(at_s, tier, enabled) * tier.aging_step_s, aged))
+            current = aged
+        at_s = next_aging_event_s(level, 0.0, at_s, tier, enabled)
+    return changes

@@ -124,25 +124,24 @@ function applyMetrics(metrics, append = true) {
   renderMetrics();
 }
 
-// --- ordering and timers (mirrors triage/selectors/queue.py) -----------------------------------------
+// --- ordering and timers ------------------------------------------------------------------------------
 
 function nowMs() { return Date.now() + state.clockOffsetMs; }
 
-function effectiveLevel(call, nowS) {
-  if (call.level === null) return 6;
-  const tier = state.tiers.get(call.tier_id);
-  if (!state.agingEnabled || !tier || !tier.aging_step_s) return call.level;
-  const waited = Math.max(0, nowS - Date.parse(call.created_at) / 1000);
-  const aged = call.level - Math.floor(waited / tier.aging_step_s);
-  return Math.max(Math.min(call.level, tier.aging_ceiling_level), aged);
+// The level the queue orders a call by. The server computes it with the scheduler's aging and says when it
+// next improves (level_changes); the board only looks the current one up, it never computes aging itself.
+function effectiveLevel(call, atMs) {
+  let level = call.effective_level;
+  for (const change of call.level_changes || []) if (Date.parse(change.at) <= atMs) level = change.level;
+  return level ?? 6; // untriaged calls sort last
 }
 
 function queueOrder() {
-  const nowS = nowMs() / 1000;
+  const now = nowMs();
   const active = [];
   const finished = [];
   for (const call of state.calls.values()) (ACTIVE.has(call.status) ? active : finished).push(call);
-  active.sort((a, b) => effectiveLevel(a, nowS) - effectiveLevel(b, nowS)
+  active.sort((a, b) => effectiveLevel(a, now) - effectiveLevel(b, now)
     || Date.parse(a.created_at) - Date.parse(b.created_at) || a.id - b.id);
   finished.sort((a, b) => Date.parse(b.done_at || b.created_at) - Date.parse(a.done_at || a.created_at));
   return { active, finished };
@@ -188,13 +187,15 @@ function scheduleRender() {
   requestAnimationFrame(() => { renderPending = false; render(); });
 }
 
-function esiBadge(call) {
+function esiBadge(call, now) {
   if (call.level === null) return "<span class=\"esi esi-none\">ESI –</span>";
   const note = call.overridden ? ` <span class="override-mark" title="Overridden by a dispatcher (classifier said ESI ${esc(call.predicted_esi)})">overridden</span>` : "";
   const point = call.decision_point ? ` <span class="decision-point" title="ESI decision point">${esc(call.decision_point)}</span>` : "";
   const unsure = call.uncertain ? " <span class=\"uncertain\" title=\"The algorithm and the model disagree, or the probability is split: check the call\">uncertain</span>" : "";
   const off = call.off_protocol ? " <span class=\"off-protocol-badge\" title=\"The model said something the protocol does not: its guidance was replaced by the protocol's own text\">off-protocol</span>" : "";
-  return `<span class="esi esi-${call.level}">ESI ${call.level}</span>${point}${unsure}${off}${note}`;
+  const aged = effectiveLevel(call, now);
+  const agedNote = aged < call.level ? ` <span class="aged" title="Waiting moved it up: queued as ESI ${aged}">→ ${aged}</span>` : "";
+  return `<span class="esi esi-${call.level}">ESI ${call.level}</span>${agedNote}${point}${unsure}${off}${note}`;
 }
 
 function reasonsHtml(call) {
@@ -220,7 +221,7 @@ function rowHtml(call, now) {
   const preempt = call.preemption_count ? ` <span class="preempts" title="Preempted ${call.preemption_count} times">${call.preemption_count}× preempted</span>` : "";
   const ack = call.acknowledged ? " <span class=\"ack\" title=\"Acknowledged\">✔ ack</span>" : "";
   return `<tr data-id="${call.id}" class="call-row esi-row-${call.level ?? "none"}${selected ? " selected" : ""}"${selected ? " aria-current=\"true\"" : ""}>
-    <td>${esiBadge(call)}</td>
+    <td>${esiBadge(call, now)}</td>
     <td><a href="/calls/${call.id}/" data-select="${call.id}">#${call.id}</a><br><small class="muted">${esc(call.external_id)}</small></td>
     <td class="summary">${esc(call.summary)}${protocolHtml(call)}${reasonsHtml(call)}${call.location ? `<br><small class="muted">${esc(call.location)}</small>` : ""}</td>
     <td><span class="status status-${call.status}">${STATUS_LABEL[call.status] || esc(call.status)}</span>${preempt}${ack}</td>
@@ -253,7 +254,7 @@ let ticks = 0;
 setInterval(() => {
   tickTimers();
   ticks += 1;
-  if (state.agingEnabled && ticks % 4 === 0) scheduleRender(); // aging can reorder the queue
+  if (state.agingEnabled && ticks % 4 === 0) scheduleRender(); // a level change the server announced may be due
 }, TICK_MS);
 
 // --- metrics panel: hand-rolled SVG sparklines, no library --------------------------------------------

@@ -164,7 +164,7 @@ def test_queue_snapshot_sorts_by_level_then_waiting_time(make_call):
 
 
 def test_metrics_report_waiting_percentiles_per_level_and_slo_attainment(make_call, board_redis):
-    from triage.realtime import ENGINE_METRICS_KEY
+    from triage.board_redis import ENGINE_METRICS_KEY
     from triage.selectors.queue import board_metrics
 
     for _ in range(3):
@@ -240,3 +240,27 @@ def test_a_failed_call_shows_its_reason_and_a_retry_that_queues_it_again(make_ca
     assert call.status == CallStatus.QUEUED and call.level == 2
     assert client.post(f"/calls/{call.pk}/retry/", **headers).status_code == 409
     assert 'data-action="retry"' not in client.get(f"/calls/{call.pk}/panel/").content.decode()
+
+
+def test_the_boards_slo_attainment_is_the_simulators_for_the_same_calls(make_call, board_redis):
+    import datetime as dt
+
+    from scheduler.metrics import RequestOutcome, slo_targets, summarise
+    from triage.models import Call, Tier
+    from triage.selectors.queue import board_metrics
+
+    tier = Tier.objects.get(name="Emergent")
+    ttft_target_s, e2e_target_s = slo_targets(tier.policy())
+    # Within target; late first token; late completion; late within the p90 targets, so counted as missed.
+    timings = [(0.5 * ttft_target_s, 0.5 * e2e_target_s), (1.5 * ttft_target_s, 0.5 * e2e_target_s),
+               (0.5 * ttft_target_s, 1.5 * e2e_target_s), (1.1 * ttft_target_s, 1.1 * e2e_target_s)]
+    outcomes = []
+    for ttft_s, e2e_s in timings:
+        call = make_call(2, CallStatus.DONE)
+        Call.objects.filter(pk=call.pk).update(tier=tier, first_token_at=call.created_at + dt.timedelta(seconds=ttft_s),
+                                               done_at=call.created_at + dt.timedelta(seconds=e2e_s))
+        outcomes.append(RequestOutcome(esi=2, arrival_s=0.0, first_token_s=ttft_s, finish_s=e2e_s, output_tokens=3,
+                                       preemptions=0, ttft_target_s=ttft_target_s, e2e_target_s=e2e_target_s))
+    emergent = next(s for s in board_metrics()["slo"] if s["name"] == "Emergent")
+    assert emergent["n"] == 4
+    assert emergent["attained"] == summarise(outcomes)["slo_attainment"] == 0.25

@@ -5,7 +5,6 @@ from scheduler.cost import (
     QWEN15_4B,
     QWEN15_7B,
     CostModel,
-    OnlineCorrection,
     fit_cost_model,
     keep_or_recompute,
     optimal_decoded_tokens_to_keep,
@@ -49,15 +48,6 @@ def test_least_squares_fit_recovers_the_coefficients_that_generated_the_samples(
     fitted = fit_cost_model(prefill, decode, swap)
     for name in ("alpha1", "alpha2", "gamma1", "gamma2", "beta_s_per_token", "iteration_overhead_s"):
         assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6, abs=1e-12)
-
-
-def test_online_correction_converges_to_the_measured_over_predicted_ratio():
-    corr = OnlineCorrection(momentum=0.8)
-    for _ in range(60):
-        corr.update(measured_s=1.5, predicted_s=1.0)
-    assert corr.factor == pytest.approx(1.5, rel=1e-3)
-    assert corr.apply(C).gamma2 == pytest.approx(1.5e-3, rel=1e-3)
-    assert OnlineCorrection.from_dict(corr.to_dict()).factor == corr.factor
 
 
 def test_cost_model_round_trips_through_json_dict():

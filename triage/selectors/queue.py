@@ -17,15 +17,19 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from inference.guidance.library import UNCLEAR, ProtocolLibrary, load_library
+from scheduler.config import ESI_LEVELS, SchedulerConfig
+from scheduler.metrics import meets_slo, slo_attainment, slo_targets
+from scheduler.policies.aging import effective_level, level_changes
+from triage.board_redis import ENGINE_METRICS_KEY, ENGINE_METRICS_STALE_S, redis_client
 from triage.models import (
     ACTIVE_STATUSES,
     AuditEvent,
     Call,
     CallStatus,
-    SchedulerSettings,
     Tier,
     TriageAssessment,
 )
+from triage.selectors.scheduler import scheduler_config_load
 
 METRICS_WINDOW_S = 600  # the sliding window for waiting-time percentiles and SLO attainment
 PREEMPTION_WINDOW_S = 60
@@ -84,9 +88,32 @@ def protocol_choices(library: ProtocolLibrary | None = None) -> list[tuple[str, 
     return [(p.id, f"{p.title} ({library.families[p.family].title})") for p in rows]
 
 
-def call_state(call: Call, library: ProtocolLibrary | None = None) -> dict:
+def call_aging(call: Call, config: SchedulerConfig, now: dt.datetime) -> dict:
+    """The level the queue orders a call by (``effective_level``) and each later time it improves
+    (``level_changes``): the scheduler's own bounded aging, under the live configuration and the tier the
+    scheduler picks, so that the board orders calls as the scheduler does. Only waiting or running calls age."""
+    if call.level is None or call.status not in ACTIVE_STATUSES:
+        return {"effective_level": call.level, "level_changes": []}
+    tier = config.tier_for(call.tier.name if call.tier_id else None, call.level)
+    waited_s = (now - call.created_at).total_seconds()
+    changes = level_changes(call.level, waited_s, tier, config.aging_enabled)
+    return {
+        "effective_level": effective_level(call.level, waited_s, tier, config.aging_enabled),
+        "level_changes": [
+            {"at": _iso(call.created_at + dt.timedelta(seconds=at_s)), "level": level} for at_s, level in changes
+        ],
+    }
+
+
+def call_state(
+    call: Call,
+    library: ProtocolLibrary | None = None,
+    *,
+    config: SchedulerConfig | None = None,
+    now: dt.datetime | None = None,
+) -> dict:
     """One call as the board shows it (the ``call`` payload of snapshots and ``call.updated``); ``call_states``
-    passes the protocol library loaded once for the whole batch."""
+    passes the protocol library and the scheduler configuration loaded once for the whole batch."""
     assessment = getattr(call, "assessment", None)  # the reverse one-to-one's error is an AttributeError
     summary = " ".join(call.transcript.split())
     if len(summary) > SUMMARY_CHARS:
@@ -97,6 +124,7 @@ def call_state(call: Call, library: ProtocolLibrary | None = None) -> dict:
         "status": call.status,
         "live": is_live(call),
         "level": call.level,
+        **call_aging(call, config or scheduler_config_load(), now or timezone.now()),
         "predicted_esi": assessment.predicted_esi if assessment else None,
         "overridden": bool(assessment and assessment.override_esi),
         "decision_point": assessment.decision_point if assessment else None,
@@ -120,8 +148,8 @@ def call_state(call: Call, library: ProtocolLibrary | None = None) -> dict:
 def call_states(call_ids: Iterable[int]) -> dict[int, dict]:
     """``call_state`` for each existing call among ``call_ids`` (missing ids are simply absent)."""
     calls = Call.objects.filter(pk__in=list(call_ids)).select_related("tier", "assessment", "acknowledged_by")
-    library = load_library()
-    return {c.pk: call_state(c, library) for c in calls}
+    library, config, now = load_library(), scheduler_config_load(), timezone.now()
+    return {c.pk: call_state(c, library, config=config, now=now) for c in calls}
 
 
 def tier_state(tier: Tier) -> dict:
@@ -135,31 +163,15 @@ def tier_state(tier: Tier) -> dict:
         "ttft_target_p90_s": tier.ttft_target_p90_s,
         "e2e_target_mean_s": tier.e2e_target_mean_s,
         "e2e_target_p90_s": tier.e2e_target_p90_s,
-        "aging_step_s": tier.aging_step_s,
-        "aging_ceiling_level": tier.aging_ceiling_level,
     }
 
 
-def effective_level(row: dict, tier: dict | None, *, now_s: float, aging_enabled: bool) -> int:
-    """The level the queue is sorted by: the (overridden) ESI, improved by bounded aging.
-
-    Aging moves a waiting call up one level per ``aging_step_s`` of waiting, never past its tier's
-    ceiling — the same rule the scheduler applies, and the one ``static/js/board.js`` mirrors.
-    """
-    level = row["level"] if row["level"] is not None else 6  # untriaged calls sort last
-    if not aging_enabled or tier is None or not tier["aging_step_s"] or row["level"] is None:
-        return level
-    waited = max(0.0, now_s - dt.datetime.fromisoformat(row["created_at"]).timestamp())
-    aged = level - int(waited // tier["aging_step_s"])
-    return max(min(level, tier["aging_ceiling_level"]), aged)
-
-
-def sort_calls(rows: Sequence[dict], tiers: dict[int, dict], *, now_s: float, aging_enabled: bool) -> list[dict]:
-    """Live queue order: effective urgency, then longest waiting first, then id."""
+def sort_calls(rows: Sequence[dict]) -> list[dict]:
+    """Live queue order: effective (aged) level, untriaged last, then longest waiting first, then id."""
     return sorted(
         rows,
         key=lambda r: (
-            effective_level(r, tiers.get(r["tier_id"]), now_s=now_s, aging_enabled=aging_enabled),
+            r["effective_level"] if r["effective_level"] is not None else 6,
             dt.datetime.fromisoformat(r["created_at"]),
             r["id"],
         ),
@@ -173,14 +185,14 @@ def queue_snapshot(*, with_metrics: bool = True) -> dict:
     """
     now = timezone.now()
     tiers = {t.pk: tier_state(t) for t in Tier.objects.all()}
-    aging_enabled = SchedulerSettings.load().aging_enabled
+    config = scheduler_config_load()
     library = load_library()
-    rows = [call_state(c, library) for c in live_calls()]
+    rows = [call_state(c, library, config=config, now=now) for c in live_calls()]
     snapshot = {
         "server_time": now.isoformat(),
-        "calls": sort_calls(rows, tiers, now_s=now.timestamp(), aging_enabled=aging_enabled),
+        "calls": sort_calls(rows),
         "tiers": sorted(tiers.values(), key=lambda t: (t["sort_order"], t["name"])),
-        "aging_enabled": aging_enabled,
+        "aging_enabled": config.aging_enabled,
     }
     if with_metrics:
         snapshot["metrics"] = board_metrics(now=now)
@@ -211,8 +223,6 @@ def _round(value: float | None, digits: int = 3) -> float | None:
 
 def engine_metrics() -> dict:
     """What the inference worker last wrote to ``triage:engine:metrics`` (empty when stale or absent)."""
-    from triage.realtime import ENGINE_METRICS_KEY, ENGINE_METRICS_STALE_S, redis_client
-
     raw = redis_client().hgetall(ENGINE_METRICS_KEY)
     if not raw:
         return {}
@@ -228,9 +238,9 @@ def engine_metrics() -> dict:
 def board_metrics(*, now: dt.datetime | None = None, window_s: int = METRICS_WINDOW_S) -> dict:
     """The metrics panel over a sliding window of finished calls (DESIGN.md §4 definitions).
 
-    Waiting time is completion − arrival; TTFT is first token − arrival; a call meets its tier's
-    SLO when its TTFT and E2E are within the tier's p90 targets (a per-call test against the p90
-    target: at least 90% of calls should pass).
+    Waiting time is completion − arrival; TTFT is first token − arrival; whether a call met its tier's SLO
+    is the scheduler's own test (``scheduler.metrics.meets_slo``), so the board's attainment is the
+    simulator's and the load test's.
     """
     now = now or timezone.now()
     since = now - dt.timedelta(seconds=window_s)
@@ -239,21 +249,22 @@ def board_metrics(*, now: dt.datetime | None = None, window_s: int = METRICS_WIN
         .order_by("-done_at")
         .values("level", "tier_id", "created_at", "first_token_at", "done_at")[:5000]
     )
-    waiting_by_level: dict[str, list[float]] = {str(level): [] for level in range(1, 6)}
+    waiting_by_level: dict[str, list[float]] = {str(level): [] for level in ESI_LEVELS}
     ttft: list[float] = []
     tiers = {t.pk: t for t in Tier.objects.all()}
+    targets = {pk: slo_targets(t.policy()) for pk, t in tiers.items()}
     slo_hits: dict[int, list[bool]] = {pk: [] for pk in tiers}
     for row in finished:
         waited = (row["done_at"] - row["created_at"]).total_seconds()
-        if row["level"] in (1, 2, 3, 4, 5):
+        if row["level"] in ESI_LEVELS:
             waiting_by_level[str(row["level"])].append(waited)
         first = (row["first_token_at"] - row["created_at"]).total_seconds() if row["first_token_at"] else None
         if first is not None:
             ttft.append(first)
-        tier = tiers.get(row["tier_id"])
-        if tier is not None:
-            slo_hits[tier.pk].append(
-                first is not None and first <= tier.ttft_target_p90_s and waited <= tier.e2e_target_p90_s
+        if row["tier_id"] in targets:
+            ttft_target_s, e2e_target_s = targets[row["tier_id"]]
+            slo_hits[row["tier_id"]].append(
+                meets_slo(ttft_s=first, e2e_s=waited, ttft_target_s=ttft_target_s, e2e_target_s=e2e_target_s)
             )
     preemptions = AuditEvent.objects.filter(
         to_status=CallStatus.PREEMPTED, created_at__gte=now - dt.timedelta(seconds=PREEMPTION_WINDOW_S)
@@ -275,7 +286,7 @@ def board_metrics(*, now: dt.datetime | None = None, window_s: int = METRICS_WIN
             {
                 "tier_id": pk,
                 "name": tiers[pk].name,
-                "attained": _round(sum(hits) / len(hits)) if hits else None,
+                "attained": _round(slo_attainment(hits)),
                 "n": len(hits),
             }
             for pk, hits in sorted(slo_hits.items(), key=lambda kv: (tiers[kv[0]].sort_order, tiers[kv[0]].name))

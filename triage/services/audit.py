@@ -13,7 +13,6 @@ from triage.models import ApiClient, AuditEvent, Call
 Actor = AbstractBaseUser | ApiClient | str
 
 SYSTEM_TRIAGE = "system:triage"
-SYSTEM_SWEEP = "system:sweep"
 
 
 def actor_label(actor: Actor) -> str:

@@ -9,14 +9,13 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from triage.models import Call, CallStatus
+from triage.models import FINAL_STATUSES, Call
 from triage.realtime import call_changed_on_commit
 from triage.roles import is_dispatcher
 
 from .audit import audit_record
 from .errors import Conflict, NotAllowed, field_error
 
-CLOSABLE_STATUSES = (CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED)
 OUTCOME_MAX_CHARS = 200
 
 
@@ -56,7 +55,7 @@ def call_close(*, call: Call, user: object, outcome: str) -> Call:
         locked = Call.objects.select_for_update().get(pk=call.pk)
         if locked.closed_at is not None:
             raise Conflict("this call is already closed", fields={"outcome": ["already closed"]})
-        if locked.status not in CLOSABLE_STATUSES:
+        if locked.status not in FINAL_STATUSES:
             raise Conflict(
                 f"a {locked.status} call cannot be closed; cancel it first",
                 fields={"status": [f"cannot close a {locked.status} call"]},

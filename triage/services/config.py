@@ -1,5 +1,6 @@
 """Tiers and scheduler settings. Each change bumps one configuration version (kept on SchedulerSettings) and
-publishes ``{"kind": "config", "version": n}`` after the commit; the inference worker reloads from the DB.
+publishes ``{"kind": "config", "version": n}`` after the commit; the inference worker reloads from the DB, and
+the board is sent its live calls again.
 
 The admin calls these services (or ``config_changed`` after a form save it performed itself).
 """
@@ -14,7 +15,9 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from triage.models import SchedulerSettings, Tier
+from triage.models import ESI_LEVELS, SchedulerSettings, Tier
+from triage.realtime import mark_calls_dirty
+from triage.selectors.queue import live_calls
 from triage.streams import control_publish_on_commit
 
 from .audit import Actor, audit_record
@@ -44,6 +47,8 @@ def config_changed(*, actor: Actor, action: str, data: Mapping[str, Any] | None 
         version = SchedulerSettings.objects.values_list("version", flat=True).get(pk=1)
         audit_record(action=action, actor=actor, data={**(data or {}), "version": version})
         control_publish_on_commit({"kind": "config", "version": version})
+        # Each call's board state carries its aged level, which the tiers and settings decide.
+        transaction.on_commit(lambda: mark_calls_dirty(live_calls().values_list("pk", flat=True)))
     return version
 
 
@@ -63,7 +68,7 @@ def _assign(instance: Tier | SchedulerSettings, fields: Mapping[str, Any], allow
 def _check_esi_levels(instance: Tier | SchedulerSettings) -> None:
     levels = getattr(instance, "esi_levels", None)
     if levels is not None and (
-        not isinstance(levels, list) or any(isinstance(x, bool) or x not in (1, 2, 3, 4, 5) for x in levels)
+        not isinstance(levels, list) or any(isinstance(x, bool) or x not in ESI_LEVELS for x in levels)
     ):
         raise DomainError("invalid ESI levels", fields={"esi_levels": ["a list of ESI levels 1-5"]})
 

@@ -8,7 +8,7 @@ one transaction per flush, so a burst of 32 calls costs one commit, not 32.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -16,8 +16,8 @@ from typing import Any
 from django.db import transaction
 
 from inference.guidance.plan import GuidancePlan
-from scheduler.config import SchedulerConfig, TierPolicy
-from triage.models import FINAL_STATUSES, Call, CallStatus, SchedulerSettings, Tier
+from triage.models import FINAL_STATUSES, Call, CallStatus, SchedulerSettings
+from triage.selectors.scheduler import scheduler_config_load as scheduler_config_load  # the worker's import
 from triage.services.calls import call_transition
 from triage.services.errors import DomainError
 
@@ -103,25 +103,3 @@ def calls_generation_record(*, progress: Iterable[CallProgress]) -> list[int]:
 def guard_similarity_threshold_load() -> float | None:
     """The stream guard's mode from the settings: None is strict (the protocol's own sentences only)."""
     return SchedulerSettings.load().guard_similarity_threshold
-
-
-def scheduler_config_load(*, base: SchedulerConfig | None = None) -> SchedulerConfig:
-    """The live scheduler configuration: the SchedulerSettings row and the tiers, as plain dataclasses."""
-    s = SchedulerSettings.load()
-    tiers: Mapping[str, TierPolicy] = {
-        t.name: TierPolicy(
-            name=t.name, esi_levels=tuple(t.esi_levels or ()), ttft_target_mean_s=t.ttft_target_mean_s,
-            ttft_target_p90_s=t.ttft_target_p90_s, e2e_target_mean_s=t.e2e_target_mean_s,
-            e2e_target_p90_s=t.e2e_target_p90_s, tdg_weight=t.tdg_weight, max_preemptions=t.max_preemptions,
-            reserved_kv_fraction=t.reserved_kv_fraction, aging_step_s=t.aging_step_s,
-            aging_ceiling_level=t.aging_ceiling_level,
-        )
-        for t in Tier.objects.all()
-    }
-    base = base or SchedulerConfig()
-    return base.with_changes(
-        policy=s.policy, batch_size=s.batch_size, kv_capacity_blocks=s.kv_capacity_blocks, block_size=s.block_size,
-        preempt_on_arrival=s.preempt_on_arrival, preempt_within_level=s.preempt_within_level,
-        limited_preemption_c=s.limited_preemption_c, aging_enabled=s.aging_enabled, stage_merge=s.stage_merge,
-        lower_prefill_share=s.lower_prefill_share, eviction=s.eviction, tiers=tiers or base.tiers,
-    )

@@ -14,7 +14,6 @@ Two steps, two transactions, so that ``triaged`` means "assessed, not yet in the
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Iterable, Sequence
 from typing import Protocol
@@ -26,7 +25,7 @@ from django.utils import timezone
 from inference.guidance.library import ProtocolLibrary, load_library
 from inference.guidance.plan import guidance_prompt as plan_prompt
 from inference.predictors.protocol import ProtocolChoice
-from triage.models import AuditEvent, Call, CallStatus, DecisionPoint, Tier, TriageAssessment
+from triage.models import ESI_LEVELS, AuditEvent, Call, CallStatus, DecisionPoint, Tier, TriageAssessment
 from triage.realtime import call_changed_on_commit
 from triage.selectors.calls import call_guidance_plan
 from triage.streams import stream_append_many
@@ -39,7 +38,6 @@ logger = logging.getLogger(__name__)
 
 # The guidance LLM retokenizes the prompt; the stream carries an estimate for the scheduler's first
 # cost guess. ~4 characters per token is the usual rule of thumb for English BPE vocabularies.
-CHARS_PER_TOKEN_ESTIMATE = 4
 
 
 class Prediction(Protocol):
@@ -69,13 +67,9 @@ def guidance_prompt(call: Call) -> str:
     return plan_prompt(call_guidance_plan(call), call.transcript)
 
 
-def estimate_prompt_tokens(prompt: str) -> int:
-    return max(1, math.ceil(len(prompt) / CHARS_PER_TOKEN_ESTIMATE))
-
-
 def _check_prediction(call: Call, prediction: Prediction) -> None:
     probabilities = list(prediction.probabilities)
-    if prediction.esi not in (1, 2, 3, 4, 5) or len(probabilities) != 5:
+    if prediction.esi not in ESI_LEVELS or len(probabilities) != len(ESI_LEVELS):
         raise DomainError(f"invalid prediction for call {call.pk}", fields={"esi": [f"got {prediction.esi}"]})
     if prediction.decision_point not in DecisionPoint.values or not list(prediction.reasons):
         raise DomainError(
@@ -235,16 +229,16 @@ def calls_enqueue_or_leave_for_sweep(*, call_ids: Sequence[int]) -> list[Call]:
 
 
 def inference_entry(call: Call, *, enqueued_at: float) -> dict[str, str | int | float]:
-    """One inference-stream entry (DESIGN.md §2b, plus ``accepted_at``). Times are Unix seconds: ``accepted_at``
-    when the intake stored the call (the scheduler's arrival: FCFS order and aging count from it, so the time
-    a call spent in triage is not forgotten), ``enqueued_at`` when it entered this stream."""
+    """One inference-stream entry (DESIGN.md §2b, plus ``accepted_at``; without ``prompt_tokens``: the worker
+    counts them with the model's own tokenizer). Times are Unix seconds: ``accepted_at`` when the intake stored
+    the call (the scheduler's arrival: FCFS order and aging count from it, so the time a call spent in triage
+    is not forgotten), ``enqueued_at`` when it entered this stream."""
     prompt = guidance_prompt(call)
     return {
         "call_id": call.pk,
         "level": call.level,
         "tier": call.tier.name if call.tier else "",
         "prompt": prompt,
-        "prompt_tokens": estimate_prompt_tokens(prompt),
         "predicted_output_tokens": call.assessment.predicted_output_tokens,
         "enqueued_at": f"{enqueued_at:.6f}",
         "accepted_at": f"{call.created_at.timestamp():.6f}",

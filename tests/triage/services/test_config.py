@@ -56,7 +56,7 @@ def test_tier_esi_levels_must_be_levels(admin_user):
 
 
 def test_the_live_scheduler_configuration_carries_the_preemption_settings(admin_user):
-    from triage.services.generation import scheduler_config_load
+    from triage.selectors.scheduler import scheduler_config_load
 
     scheduler_settings_update(actor=admin_user, preempt_within_level=False, limited_preemption_c=0.5)
     config = scheduler_config_load()
@@ -64,7 +64,7 @@ def test_the_live_scheduler_configuration_carries_the_preemption_settings(admin_
 
 
 def test_the_live_scheduler_configuration_carries_the_stage_and_eviction_settings(admin_user):
-    from triage.services.generation import scheduler_config_load
+    from triage.selectors.scheduler import scheduler_config_load
 
     scheduler_settings_update(actor=admin_user, stage_merge="strict", lower_prefill_share=0.0, eviction="swap")
     config = scheduler_config_load()

@@ -63,11 +63,11 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def summarise(policy: str, call_ids: list[int]) -> dict:
-    from triage.models import AuditEvent, Call
+    from triage.models import ESI_LEVELS, AuditEvent, Call
 
     calls = list(Call.objects.filter(pk__in=call_ids))
     by_esi: dict[str, dict] = {}
-    for level in range(1, 6):
+    for level in ESI_LEVELS:
         group = [c for c in calls if c.level == level and c.done_at and c.first_token_at]
         ttft = [(c.first_token_at - c.created_at).total_seconds() for c in group]
         e2e = [(c.done_at - c.created_at).total_seconds() for c in group]
@@ -181,7 +181,7 @@ class Command(BaseCommand):
         return results
 
     def _replay(self, base: str, token: str, trace, timeout_s: float) -> list[int]:  # noqa: ANN001
-        from triage.models import Call, CallStatus
+        from triage.models import FINAL_STATUSES, Call
 
         stamp = uuid.uuid4().hex[:8]
         started = time.monotonic()
@@ -209,9 +209,8 @@ class Command(BaseCommand):
         with ThreadPoolExecutor(max_workers=16) as pool:
             list(pool.map(post, enumerate(trace)))
         deadline = time.monotonic() + timeout_s
-        final = (CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED)
         while time.monotonic() < deadline:
-            if Call.objects.filter(pk__in=ids, status__in=final).count() == len(ids):
+            if Call.objects.filter(pk__in=ids, status__in=FINAL_STATUSES).count() == len(ids):
                 break
             time.sleep(1.0)
         return ids
@@ -231,7 +230,7 @@ class Command(BaseCommand):
 
 def _delete_keys(pattern: str, *keys: str) -> None:
     """Delete the keys matching ``pattern`` (this run's inference streams) and ``keys``."""
-    from triage.realtime import redis_client
+    from triage.board_redis import redis_client
 
     client = redis_client()
     for key in client.scan_iter(match=pattern, count=100):
@@ -241,7 +240,7 @@ def _delete_keys(pattern: str, *keys: str) -> None:
 
 def _wait_for_engine(since: float, timeout_s: float) -> None:
     """Until an inference worker started after `since` publishes its metrics (it has loaded its model)."""
-    from triage.realtime import ENGINE_METRICS_KEY, redis_client
+    from triage.board_redis import ENGINE_METRICS_KEY, redis_client
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
