@@ -34,7 +34,7 @@ from scheduler.config import SchedulerConfig, TierPolicy
 from scheduler.cost import CostModel
 from scheduler.decision import Decision
 from scheduler.memory import EvictionHeap, KVMemory
-from scheduler.policies.allocation import KVAllocation
+from scheduler.policies.allocation import KVAllocator
 from scheduler.request import Request, Stage
 
 Entry = tuple[tuple, int, int, Request]  # (key, arrival order, seq, request)
@@ -45,7 +45,7 @@ def decode_ready(r: Request) -> bool:
     return r.kv_tokens_on_host == 0 and r.generated_tokens > 0 and r.context_tokens - r.kv_tokens_on_device <= 1
 
 
-class BaseScheduler(KVAllocation):
+class BaseScheduler:
     name = "base"
     preemptive = True
     stage_aware = False
@@ -68,12 +68,25 @@ class BaseScheduler(KVAllocation):
         self._rekey_events: list[tuple[float, int, Request]] = []
         self._cancelled_out: list[Request] = []
         self._tier_cache: dict[tuple[str | None, int], TierPolicy] = {}
-        self.eviction_heap = EvictionHeap()
-        self.memory = KVMemory(config.kv_capacity_blocks, config.block_size, self._reserved_blocks(config))
+        self.kv = KVAllocator(self, config, cost)
         self._lower_prefill_credit_s = 0.0  # see _hold_back_lower_prefills
         self.preemptions = 0
-        self.swapped_tokens = 0
-        self.recomputed_tokens = 0
+
+    @property
+    def memory(self) -> KVMemory:
+        return self.kv.memory
+
+    @property
+    def eviction_heap(self) -> EvictionHeap:
+        return self.kv.eviction_heap
+
+    @property
+    def swapped_tokens(self) -> int:
+        return self.kv.swapped_tokens
+
+    @property
+    def recomputed_tokens(self) -> int:
+        return self.kv.recomputed_tokens
 
     # --- the Scheduler protocol ------------------------------------------------------------------------
     def submit(self, request: Request) -> None:
@@ -105,7 +118,6 @@ class BaseScheduler(KVAllocation):
         between iterations. O(n log n)."""
         successor.arrival_buffer, successor._control = self.arrival_buffer, self._control
         successor._cancelled_out = self._cancelled_out
-        block_size = self.memory.block_size
         for r in sorted(self.requests.values(), key=lambda r: self._order[r.id]):
             if r.stage in (Stage.PREFILL, Stage.DECODE):
                 r.stage = Stage.WAITING
@@ -113,12 +125,11 @@ class BaseScheduler(KVAllocation):
             successor._order[r.id] = next(successor._arrivals)
             held = self.memory.held_blocks(r.id)
             if held:
-                successor.memory.resize(r.id, successor.tier(r).name, held * block_size)
-                successor.eviction_heap.push(r, successor.priority_key(r, now_s))
+                successor.kv.adopt(r, successor.tier(r).name, held, successor.priority_key(r, now_s))
             successor._push(r, now_s)
         successor.preemptions += self.preemptions
-        successor.swapped_tokens += self.swapped_tokens
-        successor.recomputed_tokens += self.recomputed_tokens
+        successor.kv.swapped_tokens += self.kv.swapped_tokens
+        successor.kv.recomputed_tokens += self.kv.recomputed_tokens
         self.requests, self.running, self._cancelled_out = {}, [], []
 
     def schedule(self, now_s: float) -> Decision:
@@ -131,7 +142,7 @@ class BaseScheduler(KVAllocation):
         if batch is None:
             batch = self._select(now_s, decision)
         if batch:
-            self._allocate(now_s, batch, decision)
+            self.kv.allocate(now_s, batch, decision)
         if batch:
             decision.stage = Stage.DECODE if all(decode_ready(r) for r in batch) else Stage.PREFILL
             for r in batch:
@@ -273,8 +284,7 @@ class BaseScheduler(KVAllocation):
         self._heap_seq.pop(r.id, None)
         self._order.pop(r.id, None)
         self._running_keys.pop(r.id, None)
-        self.eviction_heap.discard(r.id)
-        self.memory.free(r.id)
+        self.kv.release(r.id)
 
     def _apply_control(self, now_s: float) -> None:
         while self._control:
@@ -307,18 +317,12 @@ class BaseScheduler(KVAllocation):
     def _reconfigure(self, config: SchedulerConfig, now_s: float) -> None:
         self.config = config
         self._tier_cache.clear()
-        self.memory.capacity_blocks = config.kv_capacity_blocks
-        self.memory.set_block_size(config.block_size)
-        self.memory.set_reservations(self._reserved_blocks(config))
+        self.kv.reconfigure(config)
         self._running_keys.clear()
         waiting = [e[3] for e in self.schedule_heap if self._heap_seq.get(e[3].id) == e[2]]
         self.schedule_heap, self._heap_seq, self._rekey_events = [], {}, []
         for r in waiting:  # O(n log n), once per administrator change
             self._push(r, now_s)
-
-    @staticmethod
-    def _reserved_blocks(config: SchedulerConfig) -> dict[str, int]:
-        return {name: int(t.reserved_kv_fraction * config.kv_capacity_blocks) for name, t in config.tiers.items()}
 
     # --- selection (Hua et al. Algorithms 2-3) ---------------------------------------------------------
     def _fast_path(self) -> list[Request] | None:
@@ -384,7 +388,7 @@ class BaseScheduler(KVAllocation):
                 self._heap_seq[e[3].id] = e[2]
                 heapq.heappush(self.schedule_heap, e)
             else:
-                self._return_to_queue(e[3], now_s, decision)
+                self.return_to_queue(e[3], now_s, decision)
         candidates.sort(key=_entry_sort)
         for e in candidates:
             self._running_keys[e[3].id] = e[0]
@@ -450,7 +454,15 @@ class BaseScheduler(KVAllocation):
         cached = r.kv_tokens_on_device + r.kv_tokens_on_host
         return self.cost.swap_s(r.kv_tokens_on_host) + self.cost.prefill_s(r.context_tokens - cached, cached)
 
-    def _return_to_queue(self, r: Request, now_s: float, decision: Decision) -> None:
+    def may_lose_slot_to_memory(self, r: Request) -> bool:
+        """A running request may leave the batch for a better member's KV only where it is preemptible."""
+        return self.preemptive and self.preemptible(r)
+
+    def rekey_if_waiting(self, r: Request, now_s: float) -> None:
+        if r.id in self._heap_seq:
+            self._push(r, now_s)
+
+    def return_to_queue(self, r: Request, now_s: float, decision: Decision) -> None:
         """A request not selected: back into the schedule heap; a displaced running one is paused, its KV
         stays resident (an eviction candidate)."""
         if r.stage in (Stage.PREFILL, Stage.DECODE):
