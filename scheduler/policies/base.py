@@ -1,4 +1,4 @@
-"""The machinery every policy shares: arrival buffer, schedule heap, top-b selection, KV allocation and eviction.
+"""The machinery every policy shares: arrival buffer, schedule queue, top-b selection; KV allocation is delegated.
 
 A policy is this class plus an ordering key (``priority_key``: lower runs first) and four switches:
 ``preemptive`` (a better waiting request displaces a running one at an iteration boundary), ``stage_aware``
@@ -10,10 +10,10 @@ first, triage/services/batching.py; an urgency-blind policy gets arrival order t
 Data structures and their costs (n waiting, b batch size):
 - ``arrival_buffer``: deque, ``submit`` is an O(1) append, safe from another thread (CPython's deque
   append/popleft are atomic); drained into the heap at the start of ``schedule``, O(log n) per arrival.
-- ``schedule_heap``: min-heap of ``(key, arrival_order, seq, request)``, lazily invalidated (a request's
-  live entry is the one whose seq is in ``_heap_seq``): push O(log n), stale entries skipped on pop.
-- ``eviction_heap`` (memory.py): resident requests not in the batch, worst first, O(log n) per victim.
-- ``_rekey_events``: min-heap of times at which a waiting request's key changes (aging steps), O(log n).
+- ``schedule_queue`` (schedule_queue.py): the schedule heap of waiting requests by ``(key, arrival order)``,
+  lazily invalidated, push and pop O(log n); with the times at which a waiting key changes (aging steps).
+- ``kv`` (allocation.py): the KV allocator, holding the block accounting and the ``eviction_heap`` of
+  resident requests not in the batch, worst first, O(log n) per victim.
 
 ``schedule`` is O(b log n + b log b): it pops heap entries only while they beat the worst selected request,
 so in steady state (nothing better waiting) it peeks at the heap top and keeps the batch: O(b).
@@ -24,8 +24,6 @@ applied at the next ``schedule``.
 from __future__ import annotations
 
 import bisect
-import heapq
-import itertools
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
@@ -35,9 +33,8 @@ from scheduler.cost import CostModel
 from scheduler.decision import Decision
 from scheduler.memory import EvictionHeap, KVMemory
 from scheduler.policies.allocation import KVAllocator
+from scheduler.policies.schedule_queue import ScheduleEntry, ScheduleQueue, selection_order
 from scheduler.request import Request, Stage
-
-Entry = tuple[tuple, int, int, Request]  # (key, arrival order, seq, request)
 
 
 def decode_ready(r: Request) -> bool:
@@ -57,15 +54,10 @@ class BaseScheduler:
         self.cost = cost
         self.arrival_buffer: deque[Request] = deque()
         self._control: deque[tuple[str, Any]] = deque()
-        self.schedule_heap: list[Entry] = []
-        self._heap_seq: dict[str, int] = {}
-        self._seq = itertools.count()
-        self._order: dict[str, int] = {}
-        self._arrivals = itertools.count()
+        self.schedule_queue = ScheduleQueue()
         self.requests: dict[str, Request] = {}  # every request not yet done or cancelled
         self.running: list[Request] = []  # the last batch, less the finished
         self._running_keys: dict[str, tuple] = {}  # keys computed when last selected (stale but >= true)
-        self._rekey_events: list[tuple[float, int, Request]] = []
         self._cancelled_out: list[Request] = []
         self._tier_cache: dict[tuple[str | None, int], TierPolicy] = {}
         self.kv = KVAllocator(self, config, cost)
@@ -118,11 +110,11 @@ class BaseScheduler:
         between iterations. O(n log n)."""
         successor.arrival_buffer, successor._control = self.arrival_buffer, self._control
         successor._cancelled_out = self._cancelled_out
-        for r in sorted(self.requests.values(), key=lambda r: self._order[r.id]):
+        for r in sorted(self.requests.values(), key=lambda r: self.schedule_queue.arrival_order(r.id)):
             if r.stage in (Stage.PREFILL, Stage.DECODE):
                 r.stage = Stage.WAITING
             successor.requests[r.id] = r
-            successor._order[r.id] = next(successor._arrivals)
+            successor.schedule_queue.admit(r.id)
             held = self.memory.held_blocks(r.id)
             if held:
                 successor.kv.adopt(r, successor.tier(r).name, held, successor.priority_key(r, now_s))
@@ -237,7 +229,7 @@ class BaseScheduler:
         )
 
     def waiting_count(self) -> int:
-        return len(self._heap_seq) + len(self.arrival_buffer)
+        return len(self.schedule_queue) + len(self.arrival_buffer)
 
     # --- queue management ----------------------------------------------------------------------------
     def _drain_arrivals(self, now_s: float) -> None:
@@ -247,42 +239,22 @@ class BaseScheduler:
             if r.id in self.requests:
                 continue  # a duplicate submit (e.g. a reclaimed stream entry): keep the first
             self.requests[r.id] = r
-            self._order[r.id] = next(self._arrivals)
+            self.schedule_queue.admit(r.id)
             self._push(r, now_s)
 
     def _push(self, r: Request, now_s: float) -> None:
-        seq = next(self._seq)
-        self._heap_seq[r.id] = seq
-        heapq.heappush(self.schedule_heap, (self.priority_key(r, now_s), self._order[r.id], seq, r))
+        """(Re-)key ``r`` in the schedule queue, with the time its key next changes by itself. O(log n)."""
+        key = self.priority_key(r, now_s)
         t = self.next_rekey_s(r, now_s)
-        if t is not None and t > now_s:
-            heapq.heappush(self._rekey_events, (t, seq, r))
-
-    def _peek(self) -> Entry | None:
-        heap, live = self.schedule_heap, self._heap_seq
-        while heap:
-            top = heap[0]
-            if live.get(top[3].id) == top[2]:
-                return top
-            heapq.heappop(heap)
-        return None
-
-    def _pop(self) -> Entry:
-        entry = heapq.heappop(self.schedule_heap)
-        del self._heap_seq[entry[3].id]
-        return entry
+        self.schedule_queue.push(r, key, t if t is not None and t > now_s else None)
 
     def _fire_rekey_events(self, now_s: float) -> None:
-        events = self._rekey_events
-        while events and events[0][0] <= now_s:
-            _, seq, r = heapq.heappop(events)
-            if self._heap_seq.get(r.id) == seq:  # still waiting with that entry
-                self._push(r, now_s)
+        for r in self.schedule_queue.due_rekeys(now_s):
+            self._push(r, now_s)
 
     def _forget(self, r: Request) -> None:
         self.requests.pop(r.id, None)
-        self._heap_seq.pop(r.id, None)
-        self._order.pop(r.id, None)
+        self.schedule_queue.forget(r.id)
         self._running_keys.pop(r.id, None)
         self.kv.release(r.id)
 
@@ -303,13 +275,13 @@ class BaseScheduler:
                 if r is not None:
                     r.level, r.tier = level, tier
                     self._running_keys.pop(r.id, None)
-                    if r.id in self._heap_seq:
+                    if r.id in self.schedule_queue:
                         self._push(r, now_s)
                     if r.id in self.eviction_heap:
                         self.eviction_heap.push(r, self.priority_key(r, now_s))
             elif kind == "rekey":
                 r = self.requests.get(arg)
-                if r is not None and r.id in self._heap_seq:
+                if r is not None and r.id in self.schedule_queue:
                     self._push(r, now_s)
             elif kind == "config":
                 self._reconfigure(arg, now_s)
@@ -319,9 +291,7 @@ class BaseScheduler:
         self._tier_cache.clear()
         self.kv.reconfigure(config)
         self._running_keys.clear()
-        waiting = [e[3] for e in self.schedule_heap if self._heap_seq.get(e[3].id) == e[2]]
-        self.schedule_heap, self._heap_seq, self._rekey_events = [], {}, []
-        for r in waiting:  # O(n log n), once per administrator change
+        for r in self.schedule_queue.drain():  # O(n log n), once per administrator change
             self._push(r, now_s)
 
     # --- selection (Hua et al. Algorithms 2-3) ---------------------------------------------------------
@@ -339,40 +309,41 @@ class BaseScheduler:
                 return None
             if worst is None or k > worst:
                 worst = k
-        top = self._peek()
-        if top is not None and top[0] < worst and self.displaces(top[0], worst):
+        top = self.schedule_queue.peek()
+        if top is not None and top.key < worst and self.displaces(top.key, worst):
             return None
         return list(running)
 
     def _select(self, now_s: float, decision: Decision) -> list[Request]:
         """Top-b of (running + waiting) by key, stage-aware; O(b log n)."""
         b = self.config.batch_size
-        order = self._order
-        pinned: list[Entry] = []
-        selected: list[Entry] = []  # sorted, best first
+        queue = self.schedule_queue
+        pinned: list[ScheduleEntry] = []
+        selected: list[ScheduleEntry] = []  # sorted, best first
         keys = self._running_keys
         for r in self.running:
             k = keys.get(r.id)
             if k is None:
                 k = keys[r.id] = self.priority_key(r, now_s)
-            entry = (k, order[r.id], -1, r)
+            entry = queue.running_entry(r, k)
             if self.preemptive and self.preemptible(r):
                 selected.append(entry)
             else:
                 pinned.append(entry)
-        selected.sort(key=_entry_sort)
+        selected.sort(key=selection_order)
         slots = b - len(pinned)
-        dropped: list[Entry] = []
+        dropped: list[ScheduleEntry] = []
         while True:
-            top = self._peek()
+            top = queue.peek()
             if top is None:
                 break
             if len(selected) < slots:
-                bisect.insort(selected, self._pop(), key=_entry_sort)
-            elif selected and _entry_sort(top) < _entry_sort(selected[-1]) and (
-                selected[-1][2] >= 0 or self.displaces(top[0], selected[-1][0])  # seq -1: running
+                bisect.insort(selected, queue.pop(), key=selection_order)
+            elif selected and selection_order(top) < selection_order(selected[-1]) and (
+                # a waiting worst simply ranks lower; a running one loses its slot only where the policy says so
+                selected[-1].from_heap or self.displaces(top.key, selected[-1].key)
             ):
-                bisect.insort(selected, self._pop(), key=_entry_sort)
+                bisect.insort(selected, queue.pop(), key=selection_order)
                 dropped.append(selected.pop())
             else:
                 break
@@ -380,21 +351,22 @@ class BaseScheduler:
             dropped.append(selected.pop())
         candidates = pinned + selected
         if self.stage_aware and candidates:
-            best = min(candidates, key=_entry_sort)
-            if decode_ready(best[3]) or self.config.stage_merge == "strict":
+            best = min(candidates, key=selection_order)
+            if decode_ready(best.request) or self.config.stage_merge == "strict":
                 candidates = self._hold_back_lower_prefills(best, candidates, dropped)
         for e in dropped:
-            if e[2] >= 0:  # popped from the heap this decision, key unchanged: put the entry back as it was
-                self._heap_seq[e[3].id] = e[2]
-                heapq.heappush(self.schedule_heap, e)
+            if e.from_heap:  # key unchanged: put the entry back as it was
+                queue.put_back(e)
             else:
-                self.return_to_queue(e[3], now_s, decision)
-        candidates.sort(key=_entry_sort)
+                self.return_to_queue(e.request, now_s, decision)
+        candidates.sort(key=selection_order)
         for e in candidates:
-            self._running_keys[e[3].id] = e[0]
-        return [e[3] for e in candidates]
+            self._running_keys[e.request.id] = e.key
+        return [e.request for e in candidates]
 
-    def _hold_back_lower_prefills(self, best: Entry, candidates: list[Entry], dropped: list[Entry]) -> list[Entry]:
+    def _hold_back_lower_prefills(
+        self, best: ScheduleEntry, candidates: list[ScheduleEntry], dropped: list[ScheduleEntry]
+    ) -> list[ScheduleEntry]:
         """Hua et al. Algorithm 3, p* decoding: a less urgent prefill must not delay p*'s decode, so prefill
         candidates go back to the queue (``config.stage_merge == "strict"``: p* prefilling too, where the
         paper merges every candidate). Three refinements:
@@ -408,12 +380,12 @@ class BaseScheduler:
           most a share rho of p*'s decode time: p* finishes at most ~rho later, and at light load (where p* is
           nearly always decoding) arrivals are no longer held back for p*'s whole life. O(b log n)."""
         same_level_joins = self.config.stage_merge != "paper"
-        level = best[0][0]
+        level = best.key[0]
         share = self.config.lower_prefill_share
         cost = self.cost
 
-        def may_join(e: Entry) -> bool:
-            return decode_ready(e[3]) or (same_level_joins and e[0][0] <= level)
+        def may_join(e: ScheduleEntry) -> bool:
+            return decode_ready(e.request) or (same_level_joins and e.key[0] <= level)
 
         keep, lower = [], []
         for e in candidates:
@@ -422,23 +394,22 @@ class BaseScheduler:
         b = self.config.batch_size
         budget = 2 * (b - len(keep))
         while len(keep) < b and scanned < budget:
-            top = self._peek()
-            if top is None:
+            if self.schedule_queue.peek() is None:
                 break
-            e = self._pop()
+            e = self.schedule_queue.pop()
             scanned += 1
             (keep if may_join(e) else lower).append(e)
         if share > 0 and lower and len(keep) < b:
-            p = best[3]
-            step = cost.decode_step_s(sum(e[3].prompt_tokens + e[3].generated_tokens for e in keep))
+            p = best.request
+            step = cost.decode_step_s(sum(e.request.prompt_tokens + e.request.generated_tokens for e in keep))
             cap = share * self.remaining_s(p)
             credit = self._lower_prefill_credit_s = min(cap, self._lower_prefill_credit_s + share * step)
-            lower.sort(key=_entry_sort)
+            lower.sort(key=selection_order)
             for i, e in enumerate(lower):
                 if len(keep) >= b:
                     dropped.extend(lower[i:])
                     break
-                c = self._prefill_cost_s(e[3])
+                c = self._prefill_cost_s(e.request)
                 if c > credit:
                     dropped.extend(lower[i:])  # best first: a later one does not jump the queue
                     break
@@ -459,7 +430,7 @@ class BaseScheduler:
         return self.preemptive and self.preemptible(r)
 
     def rekey_if_waiting(self, r: Request, now_s: float) -> None:
-        if r.id in self._heap_seq:
+        if r.id in self.schedule_queue:
             self._push(r, now_s)
 
     def return_to_queue(self, r: Request, now_s: float, decision: Decision) -> None:
@@ -475,5 +446,3 @@ class BaseScheduler:
         if r.kv_tokens_on_device and r.id not in self.eviction_heap:
             self.eviction_heap.push(r, self.priority_key(r, now_s))
 
-def _entry_sort(e: Entry) -> tuple:
-    return (e[0], e[1])
