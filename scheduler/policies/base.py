@@ -2,9 +2,9 @@
 
 A policy is this class plus an ordering key (``priority_key``: lower runs first) and four switches:
 ``preemptive`` (a better waiting request displaces a running one at an iteration boundary), ``stage_aware``
-(Hua et al. Algorithm 3: when the best request p* is decoding, prefills wait) and ``running_keys_improve``
-(a running request's key only gets better as it runs, which allows the O(1) fast path below) and
-``urgency_aware`` (the key depends on the ESI level: the intake then classifies a burst's likely urgent calls
+(Hua et al. Algorithm 3, stage_merge.py: when the best request p* is decoding, prefills wait),
+``running_keys_improve`` (a running request's key only gets better as it runs, which allows the O(1) fast
+path below) and ``urgency_aware`` (the key depends on the ESI level: the intake then classifies a burst's likely urgent calls
 first, triage/services/batching.py; an urgency-blind policy gets arrival order there too).
 
 Data structures and their costs (n waiting, b batch size):
@@ -34,12 +34,8 @@ from scheduler.decision import Decision
 from scheduler.memory import EvictionHeap, KVMemory
 from scheduler.policies.allocation import KVAllocator
 from scheduler.policies.schedule_queue import ScheduleEntry, ScheduleQueue, selection_order
+from scheduler.policies.stage_merge import StageMerge, decode_ready
 from scheduler.request import Request, Stage
-
-
-def decode_ready(r: Request) -> bool:
-    """All of the context's KV (but the newest token) is on device: the request can join a decode step."""
-    return r.kv_tokens_on_host == 0 and r.generated_tokens > 0 and r.context_tokens - r.kv_tokens_on_device <= 1
 
 
 class BaseScheduler:
@@ -61,7 +57,7 @@ class BaseScheduler:
         self._cancelled_out: list[Request] = []
         self._tier_cache: dict[tuple[str | None, int], TierPolicy] = {}
         self.kv = KVAllocator(self, config, cost)
-        self._lower_prefill_credit_s = 0.0  # see _hold_back_lower_prefills
+        self.stage_merger = StageMerge()  # Algorithm 3, with the lower-prefill credit
         self.preemptions = 0
 
     @property
@@ -353,7 +349,10 @@ class BaseScheduler:
         if self.stage_aware and candidates:
             best = min(candidates, key=selection_order)
             if decode_ready(best.request) or self.config.stage_merge == "strict":
-                candidates = self._hold_back_lower_prefills(best, candidates, dropped)
+                candidates = self.stage_merger.hold_back_lower_prefills(
+                    best, candidates, dropped, queue=queue, config=self.config, cost=self.cost,
+                    remaining_s=self.remaining_s,
+                )
         for e in dropped:
             if e.from_heap:  # key unchanged: put the entry back as it was
                 queue.put_back(e)
@@ -363,67 +362,6 @@ class BaseScheduler:
         for e in candidates:
             self._running_keys[e.request.id] = e.key
         return [e.request for e in candidates]
-
-    def _hold_back_lower_prefills(
-        self, best: ScheduleEntry, candidates: list[ScheduleEntry], dropped: list[ScheduleEntry]
-    ) -> list[ScheduleEntry]:
-        """Hua et al. Algorithm 3, p* decoding: a less urgent prefill must not delay p*'s decode, so prefill
-        candidates go back to the queue (``config.stage_merge == "strict"``: p* prefilling too, where the
-        paper merges every candidate). Three refinements:
-        - ``config.stage_merge`` ``"level"`` (default) and ``"strict"``: "less urgent" means a worse first key
-          component (effective level): prefills of p*'s own level still join; ``"paper"``: every prefill waits.
-        - the slots the prefills leave are offered to up to 2x as many further waiting requests that may join
-          (paused ones are decode-ready), so the batch does not drain while p* decodes.
-        - ``config.lower_prefill_share`` (rho): a less urgent prefill may still take a free slot when the
-          prefill-time credit covers its cost. The credit grows by rho x the estimated decode step at every
-          such decision and is capped at rho x p*'s predicted remaining time, so less urgent prefills take at
-          most a share rho of p*'s decode time: p* finishes at most ~rho later, and at light load (where p* is
-          nearly always decoding) arrivals are no longer held back for p*'s whole life. O(b log n)."""
-        same_level_joins = self.config.stage_merge != "paper"
-        level = best.key[0]
-        share = self.config.lower_prefill_share
-        cost = self.cost
-
-        def may_join(e: ScheduleEntry) -> bool:
-            return decode_ready(e.request) or (same_level_joins and e.key[0] <= level)
-
-        keep, lower = [], []
-        for e in candidates:
-            (keep if may_join(e) else lower).append(e)
-        scanned = 0
-        b = self.config.batch_size
-        budget = 2 * (b - len(keep))
-        while len(keep) < b and scanned < budget:
-            if self.schedule_queue.peek() is None:
-                break
-            e = self.schedule_queue.pop()
-            scanned += 1
-            (keep if may_join(e) else lower).append(e)
-        if share > 0 and lower and len(keep) < b:
-            p = best.request
-            step = cost.decode_step_s(sum(e.request.prompt_tokens + e.request.generated_tokens for e in keep))
-            cap = share * self.remaining_s(p)
-            credit = self._lower_prefill_credit_s = min(cap, self._lower_prefill_credit_s + share * step)
-            lower.sort(key=selection_order)
-            for i, e in enumerate(lower):
-                if len(keep) >= b:
-                    dropped.extend(lower[i:])
-                    break
-                c = self._prefill_cost_s(e.request)
-                if c > credit:
-                    dropped.extend(lower[i:])  # best first: a later one does not jump the queue
-                    break
-                credit -= c
-                keep.append(e)
-            self._lower_prefill_credit_s = credit
-        else:
-            dropped.extend(lower)
-        return keep
-
-    def _prefill_cost_s(self, r: Request) -> float:
-        """What ``r`` adds to an iteration as a prefill: reload of its host KV plus its pending tokens; O(1)."""
-        cached = r.kv_tokens_on_device + r.kv_tokens_on_host
-        return self.cost.swap_s(r.kv_tokens_on_host) + self.cost.prefill_s(r.context_tokens - cached, cached)
 
     def may_lose_slot_to_memory(self, r: Request) -> bool:
         """A running request may leave the batch for a better member's KV only where it is preemptible."""

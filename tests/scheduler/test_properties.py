@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from scheduler.config import SchedulerConfig
 from scheduler.policies import POLICIES, make_scheduler
-from scheduler.policies.base import decode_ready
+from scheduler.policies.stage_merge import decode_ready
 from scheduler.request import Request, Stage
 from scheduler.simulate import drive
 from tests.scheduler.helpers import COST
