@@ -30,7 +30,7 @@ from typing import Any
 
 from scheduler.config import SchedulerConfig, TierPolicy
 from scheduler.cost import CostModel
-from scheduler.decision import Decision
+from scheduler.decision import Decision, KVUsage
 from scheduler.memory import EvictionHeap, KVMemory
 from scheduler.policies.allocation import KVAllocator
 from scheduler.policies.schedule_queue import ScheduleEntry, ScheduleQueue, selection_order
@@ -223,6 +223,9 @@ class BaseScheduler:
             generated_tokens=r.generated_tokens,
             remaining_output_tokens=r.predicted_remaining_tokens if remaining_tokens is None else remaining_tokens,
         )
+
+    def kv_usage(self) -> KVUsage:
+        return KVUsage(self.memory.used_blocks, self.memory.capacity_blocks)
 
     def waiting_count(self) -> int:
         return len(self.schedule_queue) + len(self.arrival_buffer)
