@@ -4,8 +4,8 @@ A policy is this class plus an ordering key (``priority_key``: lower runs first)
 ``preemptive`` (a better waiting request displaces a running one at an iteration boundary), ``stage_aware``
 (Hua et al. Algorithm 3, stage_merge.py: when the best request p* is decoding, prefills wait),
 ``running_keys_improve`` (a running request's key only gets better as it runs, which allows the O(1) fast
-path below) and ``urgency_aware`` (the key depends on the ESI level: the intake then classifies a burst's likely urgent calls
-first, triage/services/batching.py; an urgency-blind policy gets arrival order there too).
+path below) and ``urgency_aware`` (the key depends on the ESI level: the intake then classifies a burst's
+likely urgent calls first, triage/services/batching.py; an urgency-blind policy gets arrival order there too).
 
 Data structures and their costs (n waiting, b batch size):
 - ``arrival_buffer``: deque, ``submit`` is an O(1) append, safe from another thread (CPython's deque
@@ -60,6 +60,7 @@ class BaseScheduler:
         self.stage_merger = StageMerge()  # Algorithm 3, with the lower-prefill credit
         self.preemptions = 0
 
+    # The allocator's state, read through the scheduler by the simulator's report, metrics and tests.
     @property
     def memory(self) -> KVMemory:
         return self.kv.memory
