@@ -169,7 +169,7 @@ class Engine:
         self._cancel(decision, result)
         for preemption in decision.preemptions:
             self._preempt(preemption, result)
-        result.paused_ids = [r.id for r in decision.paused] if hasattr(decision, "paused") else []
+        result.paused_ids = [r.id for r in decision.paused]
         if not decision.is_idle:
             try:
                 finished_ids = self._run(decision, result)
@@ -236,9 +236,7 @@ class Engine:
                 result.finished.append(FinishedEvent(out.request_id, seq.text, len(seq.output_ids), reason, tuple(seq.output_ids)))
             elif self.refiner is not None and out.hidden is not None:
                 remaining = self.refiner.observe(out.request_id, out.hidden, index + 1)
-                refine = getattr(self.scheduler, "refine_remaining", None)
-                if refine is not None:
-                    refine(out.request_id, remaining)
+                self.scheduler.refine_remaining(out.request_id, remaining)
         if finished_ids:
             self.runner.discard(finished_ids)
             for rid in finished_ids:

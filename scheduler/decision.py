@@ -17,9 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from scheduler.request import Request, Stage
+
+if TYPE_CHECKING:
+    from scheduler.config import SchedulerConfig
 
 
 class PreemptionMode(StrEnum):
@@ -41,13 +44,21 @@ class Decision:
     batch: list[Request] = field(default_factory=list)
     preemptions: list[Preemption] = field(default_factory=list)
     cancelled: list[Request] = field(default_factory=list)
-    # Added (compatible): requests taken out of the running batch whose KV stays where it is (on device).
-    # Nothing to carry out; listed so the executor can publish the `preempted` state.
+    # Requests taken out of the running batch whose KV stays where it is (on device): nothing to carry out;
+    # listed so the executor can publish the `preempted` state.
     paused: list[Request] = field(default_factory=list)
 
     @property
     def is_idle(self) -> bool:
         return not self.batch
+
+
+@dataclass(frozen=True)
+class KVUsage:
+    """The scheduler's KV block accounting, as the worker's metrics report it."""
+
+    used_blocks: int
+    capacity_blocks: int
 
 
 class Scheduler(Protocol):
@@ -73,3 +84,17 @@ class Scheduler(Protocol):
 
     def has_work(self) -> bool:
         """True while any request is waiting, running or preempted."""
+
+    def refine_remaining(self, request_id: str, remaining_tokens: float) -> None:
+        """A refined prediction of the tokens ``request_id`` has still to generate (TRAIL's length probe); a
+        policy that does not order by remaining length may ignore it."""
+
+    def kv_usage(self) -> KVUsage:
+        """The KV blocks in use and the capacity, for metrics; O(1)."""
+
+    def update_config(self, config: SchedulerConfig) -> None:
+        """Apply an administrator's change (tiers, aging, batch size, capacity...) at the next decision."""
+
+    def hand_over(self, successor: Scheduler, now_s: float) -> None:
+        """Give every live request to ``successor`` (a scheduler of another policy); call it between
+        iterations."""

@@ -1,19 +1,19 @@
-"""The machinery every policy shares: arrival buffer, schedule heap, top-b selection, KV allocation and eviction.
+"""The machinery every policy shares: arrival buffer, schedule queue, top-b selection; KV allocation is delegated.
 
 A policy is this class plus an ordering key (``priority_key``: lower runs first) and four switches:
 ``preemptive`` (a better waiting request displaces a running one at an iteration boundary), ``stage_aware``
-(Hua et al. Algorithm 3: when the best request p* is decoding, prefills wait) and ``running_keys_improve``
-(a running request's key only gets better as it runs, which allows the O(1) fast path below) and
-``urgency_aware`` (the key depends on the ESI level: the intake then classifies a burst's likely urgent calls
-first, triage/services/batching.py; an urgency-blind policy gets arrival order there too).
+(Hua et al. Algorithm 3, stage_merge.py: when the best request p* is decoding, prefills wait),
+``running_keys_improve`` (a running request's key only gets better as it runs, which allows the O(1) fast
+path below) and ``urgency_aware`` (the key depends on the ESI level: the intake then classifies a burst's
+likely urgent calls first, triage/services/batching.py; an urgency-blind policy gets arrival order there too).
 
 Data structures and their costs (n waiting, b batch size):
 - ``arrival_buffer``: deque, ``submit`` is an O(1) append, safe from another thread (CPython's deque
   append/popleft are atomic); drained into the heap at the start of ``schedule``, O(log n) per arrival.
-- ``schedule_heap``: min-heap of ``(key, arrival_order, seq, request)``, lazily invalidated (a request's
-  live entry is the one whose seq is in ``_heap_seq``): push O(log n), stale entries skipped on pop.
-- ``eviction_heap`` (memory.py): resident requests not in the batch, worst first, O(log n) per victim.
-- ``_rekey_events``: min-heap of times at which a waiting request's key changes (aging steps), O(log n).
+- ``schedule_queue`` (schedule_queue.py): the schedule heap of waiting requests by ``(key, arrival order)``,
+  lazily invalidated, push and pop O(log n); with the times at which a waiting key changes (aging steps).
+- ``kv`` (allocation.py): the KV allocator, holding the block accounting and the ``eviction_heap`` of
+  resident requests not in the batch, worst first, O(log n) per victim.
 
 ``schedule`` is O(b log n + b log b): it pops heap entries only while they beat the worst selected request,
 so in steady state (nothing better waiting) it peeks at the heap top and keeps the batch: O(b).
@@ -24,28 +24,21 @@ applied at the next ``schedule``.
 from __future__ import annotations
 
 import bisect
-import heapq
-import itertools
 from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
 from scheduler.config import SchedulerConfig, TierPolicy
 from scheduler.cost import CostModel
-from scheduler.decision import Decision
+from scheduler.decision import Decision, KVUsage
 from scheduler.memory import EvictionHeap, KVMemory
-from scheduler.policies.allocation import KVAllocation
+from scheduler.policies.allocation import KVAllocator
+from scheduler.policies.schedule_queue import ScheduleEntry, ScheduleQueue, selection_order
+from scheduler.policies.stage_merge import StageMerge, decode_ready
 from scheduler.request import Request, Stage
 
-Entry = tuple[tuple, int, int, Request]  # (key, arrival order, seq, request)
 
-
-def decode_ready(r: Request) -> bool:
-    """All of the context's KV (but the newest token) is on device: the request can join a decode step."""
-    return r.kv_tokens_on_host == 0 and r.generated_tokens > 0 and r.context_tokens - r.kv_tokens_on_device <= 1
-
-
-class BaseScheduler(KVAllocation):
+class BaseScheduler:
     name = "base"
     preemptive = True
     stage_aware = False
@@ -57,23 +50,32 @@ class BaseScheduler(KVAllocation):
         self.cost = cost
         self.arrival_buffer: deque[Request] = deque()
         self._control: deque[tuple[str, Any]] = deque()
-        self.schedule_heap: list[Entry] = []
-        self._heap_seq: dict[str, int] = {}
-        self._seq = itertools.count()
-        self._order: dict[str, int] = {}
-        self._arrivals = itertools.count()
+        self.schedule_queue = ScheduleQueue()
         self.requests: dict[str, Request] = {}  # every request not yet done or cancelled
         self.running: list[Request] = []  # the last batch, less the finished
         self._running_keys: dict[str, tuple] = {}  # keys computed when last selected (stale but >= true)
-        self._rekey_events: list[tuple[float, int, Request]] = []
         self._cancelled_out: list[Request] = []
         self._tier_cache: dict[tuple[str | None, int], TierPolicy] = {}
-        self.eviction_heap = EvictionHeap()
-        self.memory = KVMemory(config.kv_capacity_blocks, config.block_size, self._reserved_blocks(config))
-        self._lower_prefill_credit_s = 0.0  # see _hold_back_lower_prefills
+        self.kv = KVAllocator(self, config, cost)
+        self.stage_merger = StageMerge()  # Algorithm 3, with the lower-prefill credit
         self.preemptions = 0
-        self.swapped_tokens = 0
-        self.recomputed_tokens = 0
+
+    # The allocator's state, read through the scheduler by the simulator's report, metrics and tests.
+    @property
+    def memory(self) -> KVMemory:
+        return self.kv.memory
+
+    @property
+    def eviction_heap(self) -> EvictionHeap:
+        return self.kv.eviction_heap
+
+    @property
+    def swapped_tokens(self) -> int:
+        return self.kv.swapped_tokens
+
+    @property
+    def recomputed_tokens(self) -> int:
+        return self.kv.recomputed_tokens
 
     # --- the Scheduler protocol ------------------------------------------------------------------------
     def submit(self, request: Request) -> None:
@@ -105,20 +107,18 @@ class BaseScheduler(KVAllocation):
         between iterations. O(n log n)."""
         successor.arrival_buffer, successor._control = self.arrival_buffer, self._control
         successor._cancelled_out = self._cancelled_out
-        block_size = self.memory.block_size
-        for r in sorted(self.requests.values(), key=lambda r: self._order[r.id]):
+        for r in sorted(self.requests.values(), key=lambda r: self.schedule_queue.arrival_order(r.id)):
             if r.stage in (Stage.PREFILL, Stage.DECODE):
                 r.stage = Stage.WAITING
             successor.requests[r.id] = r
-            successor._order[r.id] = next(successor._arrivals)
+            successor.schedule_queue.admit(r.id)
             held = self.memory.held_blocks(r.id)
             if held:
-                successor.memory.resize(r.id, successor.tier(r).name, held * block_size)
-                successor.eviction_heap.push(r, successor.priority_key(r, now_s))
+                successor.kv.adopt(r, successor.tier(r).name, held, successor.priority_key(r, now_s))
             successor._push(r, now_s)
         successor.preemptions += self.preemptions
-        successor.swapped_tokens += self.swapped_tokens
-        successor.recomputed_tokens += self.recomputed_tokens
+        successor.kv.swapped_tokens += self.kv.swapped_tokens
+        successor.kv.recomputed_tokens += self.kv.recomputed_tokens
         self.requests, self.running, self._cancelled_out = {}, [], []
 
     def schedule(self, now_s: float) -> Decision:
@@ -131,7 +131,7 @@ class BaseScheduler(KVAllocation):
         if batch is None:
             batch = self._select(now_s, decision)
         if batch:
-            self._allocate(now_s, batch, decision)
+            self.kv.allocate(now_s, batch, decision)
         if batch:
             decision.stage = Stage.DECODE if all(decode_ready(r) for r in batch) else Stage.PREFILL
             for r in batch:
@@ -225,8 +225,11 @@ class BaseScheduler(KVAllocation):
             remaining_output_tokens=r.predicted_remaining_tokens if remaining_tokens is None else remaining_tokens,
         )
 
+    def kv_usage(self) -> KVUsage:
+        return KVUsage(self.memory.used_blocks, self.memory.capacity_blocks)
+
     def waiting_count(self) -> int:
-        return len(self._heap_seq) + len(self.arrival_buffer)
+        return len(self.schedule_queue) + len(self.arrival_buffer)
 
     # --- queue management ----------------------------------------------------------------------------
     def _drain_arrivals(self, now_s: float) -> None:
@@ -236,45 +239,24 @@ class BaseScheduler(KVAllocation):
             if r.id in self.requests:
                 continue  # a duplicate submit (e.g. a reclaimed stream entry): keep the first
             self.requests[r.id] = r
-            self._order[r.id] = next(self._arrivals)
+            self.schedule_queue.admit(r.id)
             self._push(r, now_s)
 
     def _push(self, r: Request, now_s: float) -> None:
-        seq = next(self._seq)
-        self._heap_seq[r.id] = seq
-        heapq.heappush(self.schedule_heap, (self.priority_key(r, now_s), self._order[r.id], seq, r))
+        """(Re-)key ``r`` in the schedule queue, with the time its key next changes by itself. O(log n)."""
+        key = self.priority_key(r, now_s)
         t = self.next_rekey_s(r, now_s)
-        if t is not None and t > now_s:
-            heapq.heappush(self._rekey_events, (t, seq, r))
-
-    def _peek(self) -> Entry | None:
-        heap, live = self.schedule_heap, self._heap_seq
-        while heap:
-            top = heap[0]
-            if live.get(top[3].id) == top[2]:
-                return top
-            heapq.heappop(heap)
-        return None
-
-    def _pop(self) -> Entry:
-        entry = heapq.heappop(self.schedule_heap)
-        del self._heap_seq[entry[3].id]
-        return entry
+        self.schedule_queue.push(r, key, t if t is not None and t > now_s else None)
 
     def _fire_rekey_events(self, now_s: float) -> None:
-        events = self._rekey_events
-        while events and events[0][0] <= now_s:
-            _, seq, r = heapq.heappop(events)
-            if self._heap_seq.get(r.id) == seq:  # still waiting with that entry
-                self._push(r, now_s)
+        for r in self.schedule_queue.due_rekeys(now_s):
+            self._push(r, now_s)
 
     def _forget(self, r: Request) -> None:
         self.requests.pop(r.id, None)
-        self._heap_seq.pop(r.id, None)
-        self._order.pop(r.id, None)
+        self.schedule_queue.forget(r.id)
         self._running_keys.pop(r.id, None)
-        self.eviction_heap.discard(r.id)
-        self.memory.free(r.id)
+        self.kv.release(r.id)
 
     def _apply_control(self, now_s: float) -> None:
         while self._control:
@@ -293,13 +275,13 @@ class BaseScheduler(KVAllocation):
                 if r is not None:
                     r.level, r.tier = level, tier
                     self._running_keys.pop(r.id, None)
-                    if r.id in self._heap_seq:
+                    if r.id in self.schedule_queue:
                         self._push(r, now_s)
                     if r.id in self.eviction_heap:
                         self.eviction_heap.push(r, self.priority_key(r, now_s))
             elif kind == "rekey":
                 r = self.requests.get(arg)
-                if r is not None and r.id in self._heap_seq:
+                if r is not None and r.id in self.schedule_queue:
                     self._push(r, now_s)
             elif kind == "config":
                 self._reconfigure(arg, now_s)
@@ -307,18 +289,10 @@ class BaseScheduler(KVAllocation):
     def _reconfigure(self, config: SchedulerConfig, now_s: float) -> None:
         self.config = config
         self._tier_cache.clear()
-        self.memory.capacity_blocks = config.kv_capacity_blocks
-        self.memory.set_block_size(config.block_size)
-        self.memory.set_reservations(self._reserved_blocks(config))
+        self.kv.reconfigure(config)
         self._running_keys.clear()
-        waiting = [e[3] for e in self.schedule_heap if self._heap_seq.get(e[3].id) == e[2]]
-        self.schedule_heap, self._heap_seq, self._rekey_events = [], {}, []
-        for r in waiting:  # O(n log n), once per administrator change
+        for r in self.schedule_queue.drain():  # O(n log n), once per administrator change
             self._push(r, now_s)
-
-    @staticmethod
-    def _reserved_blocks(config: SchedulerConfig) -> dict[str, int]:
-        return {name: int(t.reserved_kv_fraction * config.kv_capacity_blocks) for name, t in config.tiers.items()}
 
     # --- selection (Hua et al. Algorithms 2-3) ---------------------------------------------------------
     def _fast_path(self) -> list[Request] | None:
@@ -335,40 +309,41 @@ class BaseScheduler(KVAllocation):
                 return None
             if worst is None or k > worst:
                 worst = k
-        top = self._peek()
-        if top is not None and top[0] < worst and self.displaces(top[0], worst):
+        top = self.schedule_queue.peek()
+        if top is not None and top.key < worst and self.displaces(top.key, worst):
             return None
         return list(running)
 
     def _select(self, now_s: float, decision: Decision) -> list[Request]:
         """Top-b of (running + waiting) by key, stage-aware; O(b log n)."""
         b = self.config.batch_size
-        order = self._order
-        pinned: list[Entry] = []
-        selected: list[Entry] = []  # sorted, best first
+        queue = self.schedule_queue
+        pinned: list[ScheduleEntry] = []
+        selected: list[ScheduleEntry] = []  # sorted, best first
         keys = self._running_keys
         for r in self.running:
             k = keys.get(r.id)
             if k is None:
                 k = keys[r.id] = self.priority_key(r, now_s)
-            entry = (k, order[r.id], -1, r)
+            entry = queue.running_entry(r, k)
             if self.preemptive and self.preemptible(r):
                 selected.append(entry)
             else:
                 pinned.append(entry)
-        selected.sort(key=_entry_sort)
+        selected.sort(key=selection_order)
         slots = b - len(pinned)
-        dropped: list[Entry] = []
+        dropped: list[ScheduleEntry] = []
         while True:
-            top = self._peek()
+            top = queue.peek()
             if top is None:
                 break
             if len(selected) < slots:
-                bisect.insort(selected, self._pop(), key=_entry_sort)
-            elif selected and _entry_sort(top) < _entry_sort(selected[-1]) and (
-                selected[-1][2] >= 0 or self.displaces(top[0], selected[-1][0])  # seq -1: running
+                bisect.insort(selected, queue.pop(), key=selection_order)
+            elif selected and selection_order(top) < selection_order(selected[-1]) and (
+                # a waiting worst simply ranks lower; a running one loses its slot only where the policy says so
+                selected[-1].from_heap or self.displaces(top.key, selected[-1].key)
             ):
-                bisect.insort(selected, self._pop(), key=_entry_sort)
+                bisect.insort(selected, queue.pop(), key=selection_order)
                 dropped.append(selected.pop())
             else:
                 break
@@ -376,81 +351,31 @@ class BaseScheduler(KVAllocation):
             dropped.append(selected.pop())
         candidates = pinned + selected
         if self.stage_aware and candidates:
-            best = min(candidates, key=_entry_sort)
-            if decode_ready(best[3]) or self.config.stage_merge == "strict":
-                candidates = self._hold_back_lower_prefills(best, candidates, dropped)
+            best = min(candidates, key=selection_order)
+            if decode_ready(best.request) or self.config.stage_merge == "strict":
+                candidates = self.stage_merger.hold_back_lower_prefills(
+                    best, candidates, dropped, queue=queue, config=self.config, cost=self.cost,
+                    remaining_s=self.remaining_s,
+                )
         for e in dropped:
-            if e[2] >= 0:  # popped from the heap this decision, key unchanged: put the entry back as it was
-                self._heap_seq[e[3].id] = e[2]
-                heapq.heappush(self.schedule_heap, e)
+            if e.from_heap:  # key unchanged: put the entry back as it was
+                queue.put_back(e)
             else:
-                self._return_to_queue(e[3], now_s, decision)
-        candidates.sort(key=_entry_sort)
+                self.return_to_queue(e.request, now_s, decision)
+        candidates.sort(key=selection_order)
         for e in candidates:
-            self._running_keys[e[3].id] = e[0]
-        return [e[3] for e in candidates]
+            self._running_keys[e.request.id] = e.key
+        return [e.request for e in candidates]
 
-    def _hold_back_lower_prefills(self, best: Entry, candidates: list[Entry], dropped: list[Entry]) -> list[Entry]:
-        """Hua et al. Algorithm 3, p* decoding: a less urgent prefill must not delay p*'s decode, so prefill
-        candidates go back to the queue (``config.stage_merge == "strict"``: p* prefilling too, where the
-        paper merges every candidate). Three refinements:
-        - ``config.stage_merge`` ``"level"`` (default) and ``"strict"``: "less urgent" means a worse first key
-          component (effective level): prefills of p*'s own level still join; ``"paper"``: every prefill waits.
-        - the slots the prefills leave are offered to up to 2x as many further waiting requests that may join
-          (paused ones are decode-ready), so the batch does not drain while p* decodes.
-        - ``config.lower_prefill_share`` (rho): a less urgent prefill may still take a free slot when the
-          prefill-time credit covers its cost. The credit grows by rho x the estimated decode step at every
-          such decision and is capped at rho x p*'s predicted remaining time, so less urgent prefills take at
-          most a share rho of p*'s decode time: p* finishes at most ~rho later, and at light load (where p* is
-          nearly always decoding) arrivals are no longer held back for p*'s whole life. O(b log n)."""
-        same_level_joins = self.config.stage_merge != "paper"
-        level = best[0][0]
-        share = self.config.lower_prefill_share
-        cost = self.cost
+    def may_lose_slot_to_memory(self, r: Request) -> bool:
+        """A running request may leave the batch for a better member's KV only where it is preemptible."""
+        return self.preemptive and self.preemptible(r)
 
-        def may_join(e: Entry) -> bool:
-            return decode_ready(e[3]) or (same_level_joins and e[0][0] <= level)
+    def rekey_if_waiting(self, r: Request, now_s: float) -> None:
+        if r.id in self.schedule_queue:
+            self._push(r, now_s)
 
-        keep, lower = [], []
-        for e in candidates:
-            (keep if may_join(e) else lower).append(e)
-        scanned = 0
-        b = self.config.batch_size
-        budget = 2 * (b - len(keep))
-        while len(keep) < b and scanned < budget:
-            top = self._peek()
-            if top is None:
-                break
-            e = self._pop()
-            scanned += 1
-            (keep if may_join(e) else lower).append(e)
-        if share > 0 and lower and len(keep) < b:
-            p = best[3]
-            step = cost.decode_step_s(sum(e[3].prompt_tokens + e[3].generated_tokens for e in keep))
-            cap = share * self.remaining_s(p)
-            credit = self._lower_prefill_credit_s = min(cap, self._lower_prefill_credit_s + share * step)
-            lower.sort(key=_entry_sort)
-            for i, e in enumerate(lower):
-                if len(keep) >= b:
-                    dropped.extend(lower[i:])
-                    break
-                c = self._prefill_cost_s(e[3])
-                if c > credit:
-                    dropped.extend(lower[i:])  # best first: a later one does not jump the queue
-                    break
-                credit -= c
-                keep.append(e)
-            self._lower_prefill_credit_s = credit
-        else:
-            dropped.extend(lower)
-        return keep
-
-    def _prefill_cost_s(self, r: Request) -> float:
-        """What ``r`` adds to an iteration as a prefill: reload of its host KV plus its pending tokens; O(1)."""
-        cached = r.kv_tokens_on_device + r.kv_tokens_on_host
-        return self.cost.swap_s(r.kv_tokens_on_host) + self.cost.prefill_s(r.context_tokens - cached, cached)
-
-    def _return_to_queue(self, r: Request, now_s: float, decision: Decision) -> None:
+    def return_to_queue(self, r: Request, now_s: float, decision: Decision) -> None:
         """A request not selected: back into the schedule heap; a displaced running one is paused, its KV
         stays resident (an eviction candidate)."""
         if r.stage in (Stage.PREFILL, Stage.DECODE):
@@ -463,5 +388,3 @@ class BaseScheduler(KVAllocation):
         if r.kv_tokens_on_device and r.id not in self.eviction_heap:
             self.eviction_heap.push(r, self.priority_key(r, now_s))
 
-def _entry_sort(e: Entry) -> tuple:
-    return (e[0], e[1])

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from scheduler.decision import Decision, Preemption, PreemptionMode
+from scheduler.config import SchedulerConfig
+from scheduler.decision import Decision, KVUsage, Preemption, PreemptionMode, Scheduler
 from scheduler.request import Request, Stage
 
 # iteration -> [(request id, mode, kept tokens; None = all for SWAP, 0 for DROP)]
@@ -88,3 +89,15 @@ class ScriptedScheduler:
 
     def has_work(self) -> bool:
         return bool(self.arrivals or self.active or self._cancel)
+
+    def refine_remaining(self, request_id: str, remaining_tokens: float) -> None:
+        """A script's order does not depend on predicted lengths."""
+
+    def kv_usage(self) -> KVUsage:
+        return KVUsage(used_blocks=0, capacity_blocks=0)  # a script keeps no block accounting
+
+    def update_config(self, config: SchedulerConfig) -> None:
+        """A script ignores configuration."""
+
+    def hand_over(self, successor: Scheduler, now_s: float) -> None:
+        raise NotImplementedError("a scripted scheduler cannot hand its requests over")

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from scheduler.config import SchedulerConfig
 from scheduler.policies import POLICIES, make_scheduler
-from scheduler.policies.base import decode_ready
+from scheduler.policies.stage_merge import decode_ready
 from scheduler.request import Request, Stage
 from scheduler.simulate import drive
 from tests.scheduler.helpers import COST
@@ -82,7 +82,7 @@ def test_every_request_ends_done_or_cancelled_exactly_once_and_kv_stays_within_c
         assert sch.memory.used_blocks <= capacity
         batch_ids = {r.id for r in decision.batch}
         assert len(batch_ids) == len(decision.batch) <= batch
-        live = {e[3].id for e in sch.schedule_heap if sch._heap_seq.get(e[3].id) == e[2]}
+        live = {r.id for r in sch.schedule_queue.waiting()}
         assert not (live & batch_ids)  # nothing both queued and running
         assert live | batch_ids == set(sch.requests)  # nothing lost between heap and batch
         for r in decision.batch:

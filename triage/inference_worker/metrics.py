@@ -52,9 +52,8 @@ class WorkerMetrics:
         now = time.time()
         self._tokens_window = [(t, n) for t, n in self._tokens_window if now - t <= TOKENS_PER_S_WINDOW_S]
         span = max(1e-6, min(TOKENS_PER_S_WINDOW_S, now - self._started_at))
-        memory = getattr(self.engine.scheduler, "memory", None)
-        used = getattr(memory, "used_blocks", 0)
-        capacity = getattr(memory, "capacity_blocks", 0) or 1
+        kv = self.engine.scheduler.kv_usage()
+        used, capacity = kv.used_blocks, kv.capacity_blocks or 1
         running = set(self.engine.runner.batch_ids)
         depth: Counter[int] = Counter()
         for seq in list(self.engine.sequences.values()):
