@@ -216,6 +216,13 @@ def test_prometheus_metrics_per_worker_with_ttft_and_e2e_histograms_by_esi(make_
     assert samples[("triage_inference_tokens_total", (w,))] > 0
     assert ("triage_inference_kv_use_ratio", (w,)) in samples
     assert ("triage_inference_off_protocol_sentences_total", (w,)) in samples
+    # The dashboard and alert rules in docs/observability/ query only series the worker exports.
+    import re
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs" / "observability"
+    queried = set(re.findall(r"triage_inference_[a-z_]+", "".join(p.read_text() for p in docs.iterdir())))
+    assert queried and queried <= {name for name, _ in samples}
     for level in {c.level for c in calls}:
         n = sum(c.level == level for c in calls)
         assert samples[("triage_inference_ttft_seconds_count", (("esi", str(level)), w))] == n
