@@ -80,6 +80,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    # Swagger UI and Redoc assets served by us (SPECTACULAR_SETTINGS *_DIST = "SIDECAR"): the docs load no CDN
+    "drf_spectacular_sidecar",
     "channels",
     "axes",
     "triage",
@@ -208,6 +210,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "COMPONENT_SPLIT_REQUEST": True,
+    # The docs pages work offline and leak nothing to a CDN: the UI bundles come from drf-spectacular-sidecar.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 CACHES = {
