@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.db import models
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
 from inference.guidance.library import load_library
-from triage.models import ESI_LEVELS, ApiClient, AuditEvent, SchedulerSettings, Tier
+from triage.models import ESI_LEVELS, ApiClient, AuditEvent, SchedulerSettings, Tier, WebhookDelivery
 from triage.roles import is_admin, is_supervisor
 from triage.services.clients import api_client_create, api_client_deactivate, api_client_rotate
 from triage.services.config import (
@@ -27,6 +28,7 @@ from triage.services.config import (
     tier_update,
 )
 from triage.services.errors import DomainError
+from triage.services.webhooks import api_client_rotate_webhook_secret, api_client_set_webhook
 
 admin.site.site_header = "Triage administration"
 admin.site.site_title = "Triage admin"
@@ -195,10 +197,12 @@ class ApiClientCreateForm(forms.ModelForm):
         initial=list(ApiClient.ALL_SCOPES),
         widget=forms.CheckboxSelectMultiple,
     )
+    webhook_url = forms.URLField(max_length=500, required=False, assume_scheme="https",
+                                 help_text=ApiClient._meta.get_field("webhook_url").help_text)
 
     class Meta:
         model = ApiClient
-        fields = ("name", "scopes", "throttle_rate")
+        fields = ("name", "scopes", "throttle_rate", "webhook_url")
 
 
 @admin.register(ApiClient)
@@ -206,7 +210,8 @@ class ApiClientAdmin(admin.ModelAdmin):
     list_display = ("name", "token_prefix", "scope_list", "throttle_rate", "is_active", "created_at", "rotated_at")
     list_filter = ("is_active",)
     search_fields = ("name", "token_prefix")
-    actions = ("rotate_tokens", "deactivate_clients")
+    actions = ("rotate_tokens", "rotate_webhook_secrets", "deactivate_clients")
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
     def _role_ok(self, request: HttpRequest) -> bool:
         return is_admin(request.user)
@@ -233,12 +238,14 @@ class ApiClientAdmin(admin.ModelAdmin):
 
     def get_fields(self, request: HttpRequest, obj: ApiClient | None = None) -> tuple:
         if obj is None:
-            return ("name", "scopes", "throttle_rate")
-        return ("name", "token_prefix", "scopes", "throttle_rate", "is_active", "created_at", "rotated_at")
+            return ("name", "scopes", "throttle_rate", "webhook_url")
+        return ("name", "token_prefix", "scopes", "throttle_rate", "is_active", "created_at", "rotated_at",
+                "webhook_url", "webhook_secret")
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiClient | None = None) -> tuple:
-        # Edits go through the actions (rotate, deactivate), which audit them.
-        return self.get_fields(request, obj) if obj is not None else ()
+        # Edits go through services that audit them: the actions (rotate, deactivate) and the webhook URL,
+        # the one field this form changes (save_model).
+        return tuple(f for f in self.get_fields(request, obj) if f != "webhook_url") if obj is not None else ()
 
     @admin.display(description="Scopes")
     def scope_list(self, obj: ApiClient) -> str:
@@ -246,11 +253,18 @@ class ApiClientAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: ApiClient, form: forms.ModelForm, change: bool) -> None:
         if change:
+            if "webhook_url" in form.changed_data:
+                try:
+                    api_client_set_webhook(client=ApiClient.objects.get(pk=obj.pk),
+                                           url=form.cleaned_data.get("webhook_url") or "", actor=request.user)
+                except DomainError as exc:
+                    _report(request, exc)
             return
         try:
             issued = api_client_create(
                 name=form.cleaned_data["name"], scopes=form.cleaned_data["scopes"],
                 throttle_rate=form.cleaned_data.get("throttle_rate") or "", actor=request.user,
+                webhook_url=form.cleaned_data.get("webhook_url") or "",
             )
         except DomainError as exc:
             _report(request, exc)
@@ -264,6 +278,12 @@ class ApiClientAdmin(admin.ModelAdmin):
             issued = api_client_rotate(client=client, actor=request.user)
             _show_token_once(request, client.name, issued.token)
 
+    @admin.action(description="Draw a new webhook signing secret for the selected clients", permissions=["change"])
+    def rotate_webhook_secrets(self, request: HttpRequest, queryset: object) -> None:
+        for client in queryset:
+            api_client_rotate_webhook_secret(client=client, actor=request.user)
+        messages.success(request, "New webhook secrets drawn (see each client's page); the old ones no longer sign.")
+
     @admin.action(description="Deactivate the selected clients", permissions=["change"])
     def deactivate_clients(self, request: HttpRequest, queryset: object) -> None:
         for client in queryset.filter(is_active=True):
@@ -276,6 +296,31 @@ def _show_token_once(request: HttpRequest, name: str, token: str) -> None:
     messages.warning(request, format_html(
         "Token for <strong>{}</strong>: <code>{}</code> — copy it now, it will not be shown again.", name, token
     ))
+
+
+# --- webhook deliveries (read-only) ------------------------------------------------------------------
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(RoleAdmin):
+    """Every attempt to POST an event to a call system, as the worker recorded it."""
+
+    list_display = ("started_at", "client", "event", "call", "attempt", "outcome", "status_code", "error")
+    list_filter = ("outcome", "event", "client")
+    search_fields = ("event_id", "call__external_id", "url")
+    date_hierarchy = "started_at"
+    list_select_related = ("client", "call")
+    readonly_fields = ("client", "call", "event_id", "event", "url", "attempt", "outcome", "status_code", "error",
+                       "started_at", "finished_at", "duration_ms")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
 
 
 # --- the audit log (read-only) -----------------------------------------------------------------------

@@ -76,6 +76,11 @@ class ApiClient(models.Model):
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     rotated_at = models.DateTimeField(null=True, blank=True)
+    webhook_url = models.URLField(
+        max_length=500, blank=True, help_text="http(s) URL that receives call.triaged/done/failed (empty: none)"
+    )
+    # Kept in clear, unlike the token: signing needs the secret itself (HMAC-SHA256, docs/call-systems.md).
+    webhook_secret = models.CharField(max_length=100, blank=True, editable=False)
 
     class Meta:
         ordering = ["name"]
@@ -352,3 +357,34 @@ class AuditEvent(models.Model):
 
     def delete(self, *args, **kwargs):  # noqa: ANN002, ANN003
         raise PermissionError("the audit log is append-only")
+
+
+class WebhookDelivery(models.Model):
+    """One attempt to POST one event to a client's webhook: append-only, shown read-only in the admin."""
+
+    class Outcome(models.TextChoices):
+        DELIVERED = "delivered"  # a 2xx answer
+        RETRYING = "retrying"  # failed; another attempt is scheduled
+        GAVE_UP = "gave_up"  # failed on the last attempt (WEBHOOK_MAX_ATTEMPTS)
+        SKIPPED = "skipped"  # nothing sent: no URL any more, client inactive, or a refused address
+
+    client = models.ForeignKey(ApiClient, on_delete=models.PROTECT, related_name="webhook_deliveries")
+    call = models.ForeignKey(Call, on_delete=models.PROTECT, null=True, blank=True, related_name="webhook_deliveries")
+    event_id = models.UUIDField(db_index=True, help_text="The event's id, the same in every attempt (X-Triage-Event-Id)")
+    event = models.CharField(max_length=30, help_text="call.triaged, call.done or call.failed")
+    url = models.CharField(max_length=500, blank=True)
+    attempt = models.PositiveSmallIntegerField()
+    outcome = models.CharField(max_length=10, choices=Outcome.choices)
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField()
+    duration_ms = models.FloatField(default=0)
+
+    class Meta:
+        ordering = ["-started_at", "-id"]
+        indexes = [models.Index(fields=["client", "started_at"])]
+        verbose_name_plural = "webhook deliveries"
+
+    def __str__(self) -> str:
+        return f"{self.event} #{self.attempt} to {self.client} ({self.outcome})"

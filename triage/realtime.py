@@ -284,7 +284,13 @@ class TokenReplay:
 def read_token_replay(call_id: int, *, after_index: int = -1) -> TokenReplay:
     """The guidance so far for a call (the tokens after ``after_index`` of its latest generation), from its
     replay log; after a guard's replacement, the replacement and no later tokens."""
-    entries = redis_client().xrange(token_stream_key(call_id))
+    return token_replay_from_entries(redis_client().xrange(token_stream_key(call_id)), after_index=after_index)
+
+
+def token_replay_from_entries(
+    entries: Iterable[tuple[str, dict[str, str]]], *, after_index: int = -1
+) -> TokenReplay:
+    """``read_token_replay`` over entries already read (the SSE endpoint reads them with an async client)."""
     parts: list[str] = []
     last, done, status, replaced = after_index, False, None, False
     for _id, fields in entries:

@@ -80,6 +80,8 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    # Swagger UI and Redoc assets served by us (SPECTACULAR_SETTINGS *_DIST = "SIDECAR"): the docs load no CDN
+    "drf_spectacular_sidecar",
     "channels",
     "axes",
     "triage",
@@ -208,6 +210,10 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "COMPONENT_SPLIT_REQUEST": True,
+    # The docs pages work offline and leak nothing to a CDN: the UI bundles come from drf-spectacular-sidecar.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 CACHES = {
@@ -269,6 +275,17 @@ TRIAGE = {
     "SWEEP_BATCH_MAX": int(os.environ.get("TRIAGE_SWEEP_BATCH_MAX", "500")),
     # How long a web process may trust a token it has verified (rotation/deactivation delay, in seconds).
     "API_TOKEN_CACHE_S": float(os.environ.get("TRIAGE_API_TOKEN_CACHE_S", "5")),
+    # GET /api/v1/calls/<id>/stream: a keep-alive comment (and a check that the call has not ended) after this
+    # many seconds without a token; proxies tend to close idle connections after 30-60 s.
+    "STREAM_KEEPALIVE_S": float(os.environ.get("TRIAGE_STREAM_KEEPALIVE_S", "15")),
+    # Webhooks (triage/services/webhooks.py): a POST waits this long for an answer; a failed one is tried
+    # again after BACKOFF_S, 2x, 4x, ... (at most BACKOFF_MAX_S), MAX_ATTEMPTS attempts in all (6: ~5 min).
+    "WEBHOOK_TIMEOUT_S": float(os.environ.get("TRIAGE_WEBHOOK_TIMEOUT_S", "5")),
+    "WEBHOOK_MAX_ATTEMPTS": _env_int("TRIAGE_WEBHOOK_MAX_ATTEMPTS", 6),
+    "WEBHOOK_BACKOFF_S": float(os.environ.get("TRIAGE_WEBHOOK_BACKOFF_S", "10")),
+    "WEBHOOK_BACKOFF_MAX_S": float(os.environ.get("TRIAGE_WEBHOOK_BACKOFF_MAX_S", "600")),
+    # Off: a webhook URL that resolves to a loopback/private/link-local address is refused (SSRF).
+    "WEBHOOK_ALLOW_PRIVATE_NETWORKS": _env_flag("TRIAGE_WEBHOOK_ALLOW_PRIVATE_NETWORKS", False),
     "INFERENCE_BACKEND": os.environ.get("INFERENCE_BACKEND", "hf"),
     "INFERENCE_MODEL": os.environ.get("INFERENCE_MODEL", str(MODELS_DIR / "guidance-llm")),
     "INFERENCE_DEVICE": os.environ.get("INFERENCE_DEVICE", "cpu"),

@@ -19,6 +19,7 @@ from triage.services.batching import Predictor, call_triage_micro_batch
 from triage.services.dispatch import send_triage_task, triage_task_slot_release
 from triage.services.recovery import calls_restream_if_lost
 from triage.services.triage import calls_enqueue_or_leave_for_sweep
+from triage.services.webhooks import webhook_backoff_s, webhook_deliver
 
 logger = logging.getLogger(__name__)
 
@@ -83,3 +84,18 @@ def sweep_stuck_calls() -> dict[str, int]:
                        resent, len(received), len(queued), len(triaged))
     return {"received": len(received), "resent": resent, "triaged": len(triaged), "queued": len(queued),
             "restreamed": restreamed}
+
+
+# max_retries is only a ceiling over both kinds of retry: a failed POST is retried by the attempt count below
+# (WEBHOOK_MAX_ATTEMPTS), a database error (the row could not be written) by autoretry.
+@shared_task(bind=True, **RELIABLE, autoretry_for=(DatabaseError,), retry_backoff=5, max_retries=30)
+def deliver_webhook(self: Any, *, client_id: int, call_id: int, payload: dict[str, Any], attempt: int = 1) -> str:
+    """POST one webhook event (attempt ``attempt``); a failed attempt is retried with exponential backoff up to
+    WEBHOOK_MAX_ATTEMPTS. The attempt number travels in the message, so each retry is its own row."""
+    delivery = webhook_deliver(client_id=client_id, call_id=call_id, payload=payload, attempt=attempt)
+    if delivery.outcome == delivery.Outcome.RETRYING:
+        raise self.retry(
+            countdown=webhook_backoff_s(attempt),
+            kwargs={"client_id": client_id, "call_id": call_id, "payload": payload, "attempt": attempt + 1},
+        )
+    return delivery.outcome

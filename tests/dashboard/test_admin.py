@@ -159,3 +159,36 @@ def test_the_admin_lists_the_protocols_and_their_versions_read_only(supervisor):
 def test_the_protocol_list_is_for_staff_only(dispatcher):
     response = Client().get("/admin/protocols/")
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+def test_admin_sets_a_webhook_url_through_the_audited_service(make_user, make_api_client):
+    api_client, _ = make_api_client("cad-hooks")
+    client = staff_client(make_user("ada", "admin"))
+    page = f"/admin/triage/apiclient/{api_client.pk}/change/"
+    client.post(page, {"webhook_url": "https://cad.example.org/hooks"})
+    api_client.refresh_from_db()
+    assert api_client.webhook_url == "https://cad.example.org/hooks"
+    assert AuditEvent.objects.filter(action="api_client.webhook_set").exists()
+    assert api_client.webhook_secret in client.get(page).content.decode()  # the receiver needs it
+
+
+def test_webhook_deliveries_are_listed_read_only(make_user, make_api_client):
+    from django.utils import timezone
+
+    from triage.models import WebhookDelivery
+
+    api_client, _ = make_api_client("cad-hooks")
+    now = timezone.now()
+    delivery = WebhookDelivery.objects.create(
+        client=api_client, event_id="2f1c3a8e-6c5d-4a1e-9f0b-3d2c1b0a9e8f", event="call.done", url="https://x.org/",
+        attempt=1, outcome="retrying", status_code=500, error="HTTP 500", started_at=now, finished_at=now,
+    )
+    client = staff_client(make_user("ada", "admin"))
+    listing = client.get("/admin/triage/webhookdelivery/")
+    assert listing.status_code == 200 and "call.done" in listing.content.decode()
+    assert client.get(f"/admin/triage/webhookdelivery/{delivery.pk}/change/").status_code == 200
+    assert client.get("/admin/triage/webhookdelivery/add/").status_code == 403
+    assert client.post(f"/admin/triage/webhookdelivery/{delivery.pk}/delete/", {"post": "yes"}).status_code == 403
+    client.post(f"/admin/triage/webhookdelivery/{delivery.pk}/change/", {"outcome": "delivered"})
+    delivery.refresh_from_db()
+    assert delivery.outcome == "retrying"

@@ -32,3 +32,21 @@ def test_a_duplicate_name_is_a_command_error():
     _run("cad-east")
     with pytest.raises(CommandError):
         _run("cad-east")
+
+
+def test_a_webhook_is_set_with_the_client_and_its_secret_rotated_on_demand():
+    _, note = _run("cad-west", "--webhook-url", "https://cad-west.example.org/hooks")
+    client = ApiClient.objects.get(name="cad-west")
+    assert client.webhook_url == "https://cad-west.example.org/hooks" and client.webhook_secret in note
+    secret, _ = _run("cad-west", "--rotate-webhook-secret")
+    client.refresh_from_db()
+    assert secret == client.webhook_secret and secret not in note
+    _run("cad-west", "--set-webhook", "")
+    client.refresh_from_db()
+    assert client.webhook_url == ""
+
+
+def test_a_webhook_url_that_is_not_http_is_a_command_error():
+    _run("cad-ftp")
+    with pytest.raises(CommandError, match="webhook_url"):
+        _run("cad-ftp", "--set-webhook", "ftp://cad.example.org/hooks")

@@ -15,6 +15,7 @@ from django.conf import settings
 from django.http import Http404
 from django.urls import reverse
 from django.utils import timezone
+from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -320,6 +321,19 @@ class CallOverrideApi(ApiView):
         if "protocol" in data:
             call_switch_protocol(call=call, protocol=data["protocol"], user=request.user)
         return Response(CallOutputSerializer(self.get_call(call_id)).data)
+
+
+class CallUpdateInputScheme(OpenApiSerializerExtension):
+    """States the override's rule in the schema: ``esi`` comes with ``reason``, or ``protocol`` is given (or
+    both). A PATCH body's fields are all optional to drf-spectacular; without this, clients and schemathesis
+    would take ``{"esi": 2}`` for a valid request that the server refuses."""
+
+    target_class = CallOverrideApi.InputSerializer
+
+    def map_serializer(self, auto_schema: Any, direction: str) -> dict[str, Any]:
+        schema = auto_schema._map_serializer(self.target, direction, bypass_extensions=True)
+        schema["anyOf"] = [{"required": ["esi", "reason"]}, {"required": ["protocol"]}]
+        return schema
 
 
 class CallCancelApi(ApiView):

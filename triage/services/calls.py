@@ -17,6 +17,7 @@ from triage.streams import control_publish_on_commit
 from .audit import Actor, audit_record
 from .dispatch import send_triage_task
 from .errors import InvalidTransition
+from .webhooks import calls_webhook_on_commit
 
 logger = logging.getLogger(__name__)
 
@@ -136,6 +137,7 @@ def call_transition(
             data=data,
         )
         call_changed_on_commit(locked.pk)
+        calls_webhook_on_commit([locked], status=to_status)
     for name in (*changed, *extra):
         setattr(call, name, getattr(locked, name))
     return locked

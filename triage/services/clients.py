@@ -19,6 +19,7 @@ from triage.models import ApiClient
 
 from .audit import Actor, audit_record
 from .errors import Conflict, field_error
+from .webhooks import webhook_secret_new, webhook_url_clean
 
 TOKEN_PREFIX = "trg"
 THROTTLE_PERIODS = ("s", "sec", "m", "min", "h", "hour", "d", "day")
@@ -86,15 +87,21 @@ SYSTEM_CLI = "system:cli"
 
 
 def api_client_create(
-    *, name: str, actor: Actor = SYSTEM_CLI, scopes: Iterable[str] = ApiClient.ALL_SCOPES, throttle_rate: str = ""
+    *, name: str, actor: Actor = SYSTEM_CLI, scopes: Iterable[str] = ApiClient.ALL_SCOPES, throttle_rate: str = "",
+    webhook_url: str = "",
 ) -> IssuedToken:
     name = name.strip()
     if not name or len(name) > 100:
         raise field_error("name", "a name of 1 to 100 characters is required")
-    client = ApiClient(name=name, scopes=_clean_scopes(scopes), throttle_rate=_clean_rate(throttle_rate))
+    client = ApiClient(
+        name=name, scopes=_clean_scopes(scopes), throttle_rate=_clean_rate(throttle_rate),
+        webhook_url=webhook_url_clean(webhook_url),
+        webhook_secret=webhook_secret_new(),  # drawn now, so a webhook set later is signed from the start
+    )
     with transaction.atomic():
         token = _issue(client)
-        audit_record(action="api_client.created", actor=actor, data={"client": name, "scopes": client.scopes})
+        audit_record(action="api_client.created", actor=actor,
+                     data={"client": name, "scopes": client.scopes, "webhook_url": client.webhook_url})
     return IssuedToken(client=client, token=token)
 
 

@@ -33,6 +33,7 @@ from triage.streams import stream_append_many
 from .audit import SYSTEM_TRIAGE, Actor, audit_event_build
 from .calls import apply_transition
 from .errors import DomainError
+from .webhooks import calls_webhook_on_commit
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +113,7 @@ def calls_triage_record(
         TriageAssessment.objects.bulk_create(assessments)
         Call.objects.bulk_update(locked, sorted(changed))
         AuditEvent.objects.bulk_create(audits)
+        calls_webhook_on_commit(locked, status=CallStatus.TRIAGED)
         call_ids = [c.pk for c in locked]
         transaction.on_commit(lambda: calls_enqueue_or_leave_for_sweep(call_ids=call_ids))
     return locked

@@ -1,0 +1,208 @@
+"""Webhooks to call systems: signed POSTs to a real HTTP receiver (a ``http.server`` thread), sent by the real
+Celery worker on commit, retried after a failure, every attempt in the delivery log."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import partial
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from django.db import transaction
+from rest_framework.test import APIClient
+
+from tests.fixtures.services import wait_until
+from tests.triage.factories import call_payload, make_call
+from triage.models import Call, CallStatus, WebhookDelivery
+from triage.services.calls import call_transition
+from triage.services.errors import DomainError
+from triage.services.webhooks import (
+    api_client_rotate_webhook_secret,
+    api_client_set_webhook,
+    webhook_deliver,
+    webhook_send,
+)
+
+
+@dataclass
+class Received:
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def json(self) -> dict:
+        return json.loads(self.body)
+
+
+@dataclass
+class Receiver:
+    """A call system's webhook endpoint: answers each POST with the next scripted status (then 200)."""
+
+    url: str
+    statuses: list[int] = field(default_factory=list)
+    received: list[Received] = field(default_factory=list)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    state = Receiver(url="")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            state.received.append(Received(headers=dict(self.headers.items()), body=body))
+            self.send_response(state.statuses.pop(0) if state.statuses else 200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state.url = f"http://127.0.0.1:{server.server_address[1]}/hooks/triage"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    server.shutdown()
+    server.server_close()
+
+
+def verify_signature(header: str, body: bytes, secret: str, *, tolerance_s: int = 300) -> bool:
+    """The receiver's side, as docs/call-systems.md shows it."""
+    parts = dict(item.split("=", 1) for item in header.split(","))
+    timestamp = int(parts["t"])
+    expected = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return abs(time.time() - timestamp) <= tolerance_s and hmac.compare_digest(expected, parts["v1"])
+
+
+# --- one attempt, in process ---------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_an_attempt_posts_the_event_signed_with_the_clients_secret_and_is_logged(
+    redis_conn, client_and_token, receiver
+):
+    client = api_client_set_webhook(client=client_and_token[0], url=receiver.url, actor="system:test")
+    call = make_call(client=client)
+    payload = {"id": "5b0e6c1e-58c1-4a43-9a3c-9f4f2a0f6b11", "type": "call.done", "call": {"id": call.pk}}
+    delivery = webhook_deliver(client_id=client.pk, call_id=call.pk, payload=payload, attempt=1)
+
+    [hit] = receiver.received
+    assert hit.json == payload and hit.headers["Content-Type"] == "application/json"
+    assert verify_signature(hit.headers["X-Triage-Signature"], hit.body, client.webhook_secret)
+    assert not verify_signature(hit.headers["X-Triage-Signature"], hit.body + b" ", client.webhook_secret)
+    assert hit.headers["X-Triage-Event"] == "call.done" and hit.headers["X-Triage-Event-Id"] == payload["id"]
+    row = WebhookDelivery.objects.get()
+    assert row == delivery and (row.outcome, row.status_code, row.attempt, row.error) == ("delivered", 200, 1, "")
+    assert row.call == call and row.url == receiver.url and row.started_at <= row.finished_at
+
+
+@pytest.mark.django_db
+def test_a_failed_attempt_is_retried_until_the_last_allowed_one(redis_conn, client_and_token, receiver, settings):
+    settings.TRIAGE = {**settings.TRIAGE, "WEBHOOK_MAX_ATTEMPTS": 3}
+    client = api_client_set_webhook(client=client_and_token[0], url=receiver.url, actor="system:test")
+    receiver.statuses = [500, 503]
+    payload = {"id": "0c7a1a37-7b8f-4a55-9b8c-2a3f0d1e2b33", "type": "call.failed", "call": {}}
+    first = webhook_deliver(client_id=client.pk, call_id=0, payload=payload, attempt=1)
+    last = webhook_deliver(client_id=client.pk, call_id=0, payload=payload, attempt=3)
+    assert (first.outcome, first.status_code, first.error) == ("retrying", 500, "HTTP 500 Internal Server Error")
+    assert (last.outcome, last.status_code) == ("gave_up", 503)
+
+
+@pytest.mark.django_db
+def test_an_unreachable_receiver_is_a_failed_attempt_with_the_reason(redis_conn, client_and_token, receiver):
+    client = api_client_set_webhook(client=client_and_token[0], url="http://127.0.0.1:9/nothing", actor="system:test")
+    delivery = webhook_deliver(client_id=client.pk, call_id=0, payload={"id": None, "type": "call.done"}, attempt=1)
+    assert delivery.outcome == "retrying" and delivery.status_code is None and "refused" in delivery.error.lower()
+
+
+@pytest.mark.django_db
+def test_a_url_resolving_to_a_private_address_is_not_called(redis_conn, client_and_token, receiver, settings):
+    """SSRF: a webhook must not make the server reach into its own network (unless an operator allows it)."""
+    settings.TRIAGE = {**settings.TRIAGE, "WEBHOOK_ALLOW_PRIVATE_NETWORKS": False}
+    client = api_client_set_webhook(client=client_and_token[0], url=receiver.url, actor="system:test")
+    delivery = webhook_deliver(client_id=client.pk, call_id=0, payload={"id": None, "type": "call.done"}, attempt=1)
+    assert delivery.outcome == "skipped" and "not a public address" in delivery.error
+    assert receiver.received == []
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "url", ["ftp://cad.example.org/hook", "javascript:alert(1)", "https://", "https://user:pw@cad.example.org/h"]
+)
+def test_only_an_http_or_https_url_with_a_host_is_accepted(client_and_token, url):
+    with pytest.raises(DomainError) as refused:
+        api_client_set_webhook(client=client_and_token[0], url=url, actor="system:test")
+    assert "webhook_url" in refused.value.fields
+
+
+@pytest.mark.django_db
+def test_every_client_has_a_signing_secret_and_rotation_draws_a_new_one(client_and_token):
+    client = client_and_token[0]
+    before = client.webhook_secret
+    assert before.startswith("whsec_") and len(before) > 40
+    assert api_client_rotate_webhook_secret(client=client, actor="system:test") != before
+
+
+# --- on commit, never inside the transaction -----------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_event_is_sent_only_when_the_transition_commits(
+    redis_conn, client_and_token, receiver, django_capture_on_commit_callbacks
+):
+    client = api_client_set_webhook(client=client_and_token[0], url=receiver.url, actor="system:test")
+    call = make_call(client=client)
+    with django_capture_on_commit_callbacks() as rolled_back:
+        with pytest.raises(RuntimeError), transaction.atomic():
+            call_transition(call=call, to_status=CallStatus.FAILED, actor="system:test")
+            raise RuntimeError("the transaction fails after the transition")
+    assert rolled_back == []
+    with django_capture_on_commit_callbacks() as committed:
+        call_transition(call=Call.objects.get(pk=call.pk), to_status=CallStatus.FAILED, actor="system:test")
+    assert [c.keywords["call_id"] for c in committed if isinstance(c, partial) and c.func is webhook_send] == [call.pk]
+
+
+# --- end to end: the API, the real worker, the receiver -------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_a_call_system_hears_of_triage_after_a_retry_and_of_failure_with_every_attempt_logged(
+    celery_worker_process, redis_conn, client_and_token, receiver
+):
+    client = api_client_set_webhook(client=client_and_token[0], url=receiver.url, actor="system:test")
+    receiver.statuses = [500]  # the first POST fails; the retry succeeds
+    http = APIClient()
+    http.credentials(HTTP_AUTHORIZATION=f"Bearer {client_and_token[1]}")
+    call_id = http.post("/api/v1/calls/", call_payload(external_id="CAD-HOOK"), format="json").json()["id"]
+
+    wait_until(lambda: len(receiver.received) >= 2, timeout_s=90)
+    first, retry = receiver.received[:2]
+    assert first.body == retry.body  # the same event, byte for byte; each attempt signs it afresh
+    event = retry.json
+    assert event["type"] == "call.triaged" and event["call"]["id"] == call_id
+    assert event["call"]["external_id"] == "CAD-HOOK" and event["call"]["esi"] in (1, 2, 3, 4, 5)
+    assert event["call"]["url"] == f"/api/v1/calls/{call_id}/"
+    assert all(verify_signature(r.headers["X-Triage-Signature"], r.body, client.webhook_secret) for r in (first, retry))
+    assert [r.headers["X-Triage-Attempt"] for r in (first, retry)] == ["1", "2"]
+
+    wait_until(lambda: Call.objects.get(pk=call_id).status == CallStatus.QUEUED, timeout_s=30)
+    call_transition(call=Call.objects.get(pk=call_id), to_status=CallStatus.FAILED, actor="system:test",
+                    updates={"failure_reason": "engine lost"})
+    wait_until(lambda: len(receiver.received) >= 3, timeout_s=30)
+    failed = receiver.received[2].json
+    assert failed["type"] == "call.failed" and failed["call"]["failure_reason"] == "engine lost"
+
+    wait_until(lambda: WebhookDelivery.objects.filter(outcome="delivered").count() == 2, timeout_s=10)
+    log = list(WebhookDelivery.objects.order_by("started_at").values_list("event", "attempt", "outcome", "status_code"))
+    assert log == [
+        ("call.triaged", 1, "retrying", 500), ("call.triaged", 2, "delivered", 200), ("call.failed", 1, "delivered", 200),
+    ]
+    assert len(set(WebhookDelivery.objects.filter(event="call.triaged").values_list("event_id", flat=True))) == 1
