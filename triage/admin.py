@@ -301,8 +301,21 @@ def _show_token_once(request: HttpRequest, name: str, token: str) -> None:
 # --- webhook deliveries (read-only) ------------------------------------------------------------------
 
 
+class ReadOnlyRoleAdmin(RoleAdmin):
+    """A record written by the system alone: nobody adds, edits or deletes it here."""
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
 @admin.register(WebhookDelivery)
-class WebhookDeliveryAdmin(RoleAdmin):
+class WebhookDeliveryAdmin(ReadOnlyRoleAdmin):
     """Every attempt to POST an event to a call system, as the worker recorded it."""
 
     list_display = ("started_at", "client", "event", "call", "attempt", "outcome", "status_code", "error")
@@ -313,33 +326,15 @@ class WebhookDeliveryAdmin(RoleAdmin):
     readonly_fields = ("client", "call", "event_id", "event", "url", "attempt", "outcome", "status_code", "error",
                        "started_at", "finished_at", "duration_ms")
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
 
 # --- the audit log (read-only) -----------------------------------------------------------------------
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(RoleAdmin):
+class AuditEventAdmin(ReadOnlyRoleAdmin):
     list_display = ("created_at", "action", "actor", "call", "from_status", "to_status")
     list_filter = ("action", "to_status", ("created_at", admin.DateFieldListFilter))
     search_fields = ("actor", "action", "call__external_id")
     date_hierarchy = "created_at"
     list_select_related = ("call",)
     readonly_fields = ("created_at", "action", "actor", "actor_user", "call", "from_status", "to_status", "data")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
