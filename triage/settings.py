@@ -294,8 +294,11 @@ TRIAGE = {
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+                   "json": {"()": "triage.log_format.JsonFormatter"}},
+    # plain for a person at a terminal; json for a log pipeline (one object per line, call_id where known)
+    "handlers": {"console": {"class": "logging.StreamHandler",
+                             "formatter": "json" if os.environ.get("TRIAGE_LOG_FORMAT") == "json" else "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("TRIAGE_LOG_LEVEL", "INFO")},
     "loggers": {"django.request": {"level": "ERROR"}},
 }

@@ -130,11 +130,12 @@ class ResultSink:
         self.stats["generation_errors"] += 1
         if self.failures[call_id] < MAX_GENERATION_ATTEMPTS:
             log.warning("call %s: generation failed (%s), attempt %d of %d; generating it again", call_id, error,
-                        self.failures[call_id], MAX_GENERATION_ATTEMPTS)
+                        self.failures[call_id], MAX_GENERATION_ATTEMPTS, extra={"call_id": call_id})
             self._readmit(call_id)
             return
         del self.failures[call_id]
-        log.error("call %s: generation failed %d times (%s); the call is failed", call_id, MAX_GENERATION_ATTEMPTS, error)
+        log.error("call %s: generation failed %d times (%s); the call is failed", call_id, MAX_GENERATION_ATTEMPTS, error,
+                  extra={"call_id": call_id})
         self.pending.of(call_id).move(CallStatus.FAILED, at=at, reason="generation failed", error=error)
         self.pending.done.append((call_id, "failed"))
 
@@ -164,7 +165,7 @@ class ResultSink:
             try:
                 realtime.publish_call_done(call_id, status)
             except redis.RedisError:
-                log.warning("done publish failed for call %s", call_id, exc_info=True)
+                log.warning("done publish failed for call %s", call_id, exc_info=True, extra={"call_id": call_id})
 
     def _publish_stream_events(self, pending: Pending) -> None:
         try:

@@ -138,6 +138,8 @@ def call_transition(
         )
         call_changed_on_commit(locked.pk)
         calls_webhook_on_commit([locked], status=to_status)
+    logger.info("call %s: %s -> %s (%s)", locked.pk, from_status, to_status, actor,
+                extra={"call_id": locked.pk, "from_status": from_status, "to_status": to_status})
     for name in (*changed, *extra):
         setattr(call, name, getattr(locked, name))
     return locked

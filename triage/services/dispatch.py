@@ -40,7 +40,8 @@ def send_triage_task(call_id: int) -> bool:
     try:
         celery_app.send_task(TRIAGE_TASK, args=(call_id,))
     except Exception:  # kombu raises several unrelated types when the broker is away
-        logger.warning("triage task for call %s not sent; the sweep will re-send it", call_id, exc_info=True)
+        logger.warning("triage task for call %s not sent; the sweep will re-send it", call_id, exc_info=True,
+                       extra={"call_id": call_id})
         triage_task_slot_release()  # let the next call try to publish
         return False
     return True

@@ -86,7 +86,7 @@ def calls_generation_record(*, progress: Iterable[CallProgress]) -> list[int]:
                 if to_status == CallStatus.DONE:
                     if p.generation != call.guidance_generation:
                         logger.info("call %s: result of guidance generation %d not stored (now %d)", call.pk,
-                                    p.generation, call.guidance_generation)
+                                    p.generation, call.guidance_generation, extra={"call_id": call.pk})
                         break
                     updates = p.result_fields()
                 try:
@@ -94,7 +94,8 @@ def calls_generation_record(*, progress: Iterable[CallProgress]) -> list[int]:
                         call=call, to_status=to_status, actor=ACTOR, data=data or None, updates=updates, at=at
                     )
                 except DomainError as exc:
-                    logger.info("call %s: %s -> %s skipped (%s)", call.pk, call.status, to_status, exc)
+                    logger.info("call %s: %s -> %s skipped (%s)", call.pk, call.status, to_status, exc,
+                                extra={"call_id": call.pk})
             if call.status in FINAL_STATUSES:
                 stored.append(call.pk)
     return stored
