@@ -33,7 +33,7 @@ from scheduler.cost import CostModel
 from scheduler.decision import Decision, KVUsage
 from scheduler.memory import EvictionHeap, KVMemory
 from scheduler.policies.allocation import KVAllocator
-from scheduler.policies.schedule_queue import ScheduleEntry, ScheduleQueue, selection_order
+from scheduler.policies.schedule_queue import ScheduleEntry, ScheduleQueue
 from scheduler.policies.stage_merge import StageMerge, decode_ready
 from scheduler.request import Request, Stage
 
@@ -330,7 +330,7 @@ class BaseScheduler:
                 selected.append(entry)
             else:
                 pinned.append(entry)
-        selected.sort(key=selection_order)
+        selected.sort()
         slots = b - len(pinned)
         dropped: list[ScheduleEntry] = []
         while True:
@@ -338,12 +338,12 @@ class BaseScheduler:
             if top is None:
                 break
             if len(selected) < slots:
-                bisect.insort(selected, queue.pop(), key=selection_order)
-            elif selected and selection_order(top) < selection_order(selected[-1]) and (
+                bisect.insort(selected, queue.pop())
+            elif selected and top < selected[-1] and (
                 # a waiting worst simply ranks lower; a running one loses its slot only where the policy says so
-                selected[-1].from_heap or self.displaces(top.key, selected[-1].key)
+                selected[-1].seq is not None or self.displaces(top.key, selected[-1].key)
             ):
-                bisect.insort(selected, queue.pop(), key=selection_order)
+                bisect.insort(selected, queue.pop())
                 dropped.append(selected.pop())
             else:
                 break
@@ -351,7 +351,7 @@ class BaseScheduler:
             dropped.append(selected.pop())
         candidates = pinned + selected
         if self.stage_aware and candidates:
-            best = min(candidates, key=selection_order)
+            best = min(candidates)
             if decode_ready(best.request) or self.config.stage_merge == "strict":
                 candidates = self.stage_merger.hold_back_lower_prefills(
                     best, candidates, dropped, queue=queue, config=self.config, cost=self.cost,
@@ -362,7 +362,7 @@ class BaseScheduler:
                 queue.put_back(e)
             else:
                 self.return_to_queue(e.request, now_s, decision)
-        candidates.sort(key=selection_order)
+        candidates.sort()
         for e in candidates:
             self._running_keys[e.request.id] = e.key
         return [e.request for e in candidates]

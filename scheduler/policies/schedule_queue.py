@@ -16,16 +16,17 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Iterator
-from operator import itemgetter
 from typing import NamedTuple
 
 from scheduler.request import Request
 
 
 class ScheduleEntry(NamedTuple):
-    """A request's place in one decision's ranking. Heap entries compare as tuples, field by field: two
-    entries tie on ``(key, arrival_order)`` only when they belong to the same request, and then ``seq``
-    decides, so the request itself is never compared."""
+    """A request's place in one decision's ranking. Entries compare as tuples, field by field, and the ranking
+    is that comparison. Among one decision's candidates ``(key, arrival_order)`` is unique (an arrival order
+    is given once per request, and a running request has no live heap entry), so a comparison never reaches
+    ``seq``; in the heap a request's stale and live entries tie on both, and ``seq`` decides. The request
+    itself is never compared."""
 
     key: tuple
     arrival_order: int
@@ -37,10 +38,6 @@ class ScheduleEntry(NamedTuple):
         """Popped from the schedule queue this decision (a waiting request), not taken from the running batch."""
         return self.seq is not None
 
-
-# The ranking of an entry among the candidates of one decision: (key, arrival_order), the first two fields.
-# O(1); a C-level getter because every sort and insertion of a decision calls it.
-selection_order = itemgetter(0, 1)
 
 # ScheduleEntry(...) goes through a Python-level __new__; a decision builds an entry per running request, so
 # the queue builds them with tuple.__new__ directly (a few times faster), always with all four fields.

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from scheduler.config import SchedulerConfig
 from scheduler.cost import CostModel
-from scheduler.policies.schedule_queue import ScheduleEntry, ScheduleQueue, selection_order
+from scheduler.policies.schedule_queue import ScheduleEntry, ScheduleQueue
 from scheduler.request import Request
 
 
@@ -71,7 +71,7 @@ class StageMerge:
             step = cost.decode_step_s(sum(e.request.prompt_tokens + e.request.generated_tokens for e in keep))
             cap = share * remaining_s(best.request)
             credit = self.lower_prefill_credit_s = min(cap, self.lower_prefill_credit_s + share * step)
-            lower.sort(key=selection_order)
+            lower.sort()
             for i, e in enumerate(lower):
                 if len(keep) >= b:
                     dropped.extend(lower[i:])

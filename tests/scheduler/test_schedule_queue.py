@@ -1,6 +1,6 @@
 import pytest
 
-from scheduler.policies.schedule_queue import ScheduleQueue, selection_order
+from scheduler.policies.schedule_queue import ScheduleQueue
 from tests.scheduler.helpers import req
 
 
@@ -60,7 +60,9 @@ def test_a_running_entry_ranks_with_its_arrival_order_but_is_not_waiting():
     q = _queue(a)
     entry = q.running_entry(a, (1,))
     assert not entry.from_heap and entry.arrival_order == q.arrival_order("a") and "a" not in q
-    assert selection_order(entry) == (entry.key, entry.arrival_order)
+    q.admit("b")
+    later = q.running_entry(req("b", 1), (1,))
+    assert entry < later  # equal keys: the earlier arrival ranks first, and seq is never compared
 
 
 def test_a_rekey_event_fires_only_for_the_entry_it_was_set_for():
