@@ -77,8 +77,8 @@ def _calls(n: int, status: str = CallStatus.QUEUED) -> list[Call]:
 def _enqueue(stream: str, calls: list[Call]) -> list[str]:
     r = get_redis()
     return [
-        r.xadd(stream, {"call_id": c.pk, "level": c.level, "tier": "", "prompt": c.transcript,
-                        "prompt_tokens": 30, "predicted_output_tokens": 24, "enqueued_at": f"{time.time():.6f}"})
+        r.xadd(stream, {"call_id": c.pk, "level": c.level, "predicted_output_tokens": 24,
+                        "enqueued_at": f"{time.time():.6f}"})
         for c in calls
     ]
 
@@ -307,8 +307,7 @@ def test_an_entry_left_by_another_database_generates_the_call_its_id_now_names(m
     [call] = _calls(1)
     Call.objects.filter(pk=call.pk).update(level=2)
     get_redis().xadd(stream_names["stream"], {
-        "call_id": call.pk, "level": 5, "tier": "", "prompt": "I need directions to the pharmacy.",
-        "prompt_tokens": 12, "predicted_output_tokens": 24, "enqueued_at": "1000.0", "accepted_at": "1000.0",
+        "call_id": call.pk, "level": 5, "predicted_output_tokens": 24, "enqueued_at": "1000.0", "accepted_at": "1000.0",
     })
     worker = make_worker()
     worker.start()

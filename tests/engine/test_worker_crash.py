@@ -270,6 +270,5 @@ def test_a_live_workers_entries_are_not_taken_over_by_a_peer_but_a_dead_ones_are
 
 
 def _entry_fields(call: Call) -> dict[str, str | int]:
-    # The worker reads what to generate from the database; the entry's prompt is not used.
-    return {"call_id": call.pk, "level": call.level, "tier": "", "prompt": call.transcript,
-            "prompt_tokens": 30, "predicted_output_tokens": 8, "enqueued_at": f"{time.time():.6f}"}
+    # An entry as the triage service writes it: what to generate is read from the database.
+    return {"call_id": call.pk, "level": call.level, "predicted_output_tokens": 8, "enqueued_at": f"{time.time():.6f}"}

@@ -57,12 +57,6 @@ def guidance_plan(
     return plan_guidance(library, chosen.id, chosen.family, level, patient_age)
 
 
-def call_guidance_plan(call: Call, library: ProtocolLibrary | None = None) -> GuidancePlan:
-    assessment = call.assessment
-    return guidance_plan(protocol=assessment.protocol, family=assessment.protocol_family, level=call.level,
-                         patient_age=assessment.patient_age, library=library)
-
-
 @dataclass(frozen=True)
 class GenerationInput:
     """What the inference worker generates for a call, read from the call itself."""

@@ -42,20 +42,12 @@ def calls_restream_if_lost(*, stream: str | None = None) -> int:
     for start in range(0, len(ids), BATCH):
         chunk = ids[start : start + BATCH]
         calls = Call.objects.select_related("tier", "assessment").filter(pk__in=chunk).order_by("created_at")
-        stream_append_many([_entry(call, now) for call in calls], stream=stream)
+        stream_append_many([inference_entry(call, enqueued_at=now) for call in calls], stream=stream)
     stream_mark_complete(stream)
     if ids:
         logger.warning("the inference stream was lost (Redis restarted empty?): %d calls put back from the database",
                        len(ids))
     return len(ids)
-
-
-def _entry(call: Call, enqueued_at: float) -> dict[str, str | int | float]:
-    if hasattr(call, "assessment"):
-        return inference_entry(call, enqueued_at=enqueued_at)
-    # No assessment to build a prompt from: the worker reads what to generate from the database anyway.
-    return {"call_id": call.pk, "level": call.level or 3, "tier": call.tier.name if call.tier else "",
-            "enqueued_at": f"{enqueued_at:.6f}", "accepted_at": f"{call.created_at.timestamp():.6f}"}
 
 
 def call_requeue(*, call: Call, actor: Actor, reason: str) -> None:

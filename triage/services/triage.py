@@ -23,11 +23,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from inference.guidance.library import ProtocolLibrary, load_library
-from inference.guidance.plan import guidance_prompt as plan_prompt
 from inference.predictors.protocol import ProtocolChoice
 from triage.models import ESI_LEVELS, AuditEvent, Call, CallStatus, DecisionPoint, Tier, TriageAssessment
 from triage.realtime import call_changed_on_commit
-from triage.selectors.calls import call_guidance_plan
 from triage.streams import stream_append_many
 
 from .audit import SYSTEM_TRIAGE, Actor, audit_event_build
@@ -61,11 +59,6 @@ def tier_for_level(level: int, tiers: Iterable[Tier] | None = None) -> Tier | No
         if level in (tier.esi_levels or []):
             return tier
     return None
-
-
-def guidance_prompt(call: Call) -> str:
-    """The text the guidance LLM continues for a call: its plan (protocol, band, instructions) and the call."""
-    return plan_prompt(call_guidance_plan(call), call.transcript)
 
 
 def _check_prediction(call: Call, prediction: Prediction) -> None:
@@ -231,17 +224,16 @@ def calls_enqueue_or_leave_for_sweep(*, call_ids: Sequence[int]) -> list[Call]:
 
 
 def inference_entry(call: Call, *, enqueued_at: float) -> dict[str, str | int | float]:
-    """One inference-stream entry (DESIGN.md §2b, plus ``accepted_at``; without ``prompt_tokens``: the worker
-    counts them with the model's own tokenizer). Times are Unix seconds: ``accepted_at`` when the intake stored
-    the call (the scheduler's arrival: FCFS order and aging count from it, so the time a call spent in triage
-    is not forgotten), ``enqueued_at`` when it entered this stream."""
-    prompt = guidance_prompt(call)
+    """One inference-stream entry: which call is ready, and what the scheduler may use until the worker has read
+    the call from the database (its level and predicted length). What to generate (prompt, plan, tier) is read
+    from the database, never from the entry. Times are Unix seconds: ``accepted_at`` when the intake stored the
+    call (the scheduler's arrival: FCFS order and aging count from it), ``enqueued_at`` when it entered this
+    stream."""
+    assessment = getattr(call, "assessment", None)  # a call put back from the database may lack one
     return {
         "call_id": call.pk,
-        "level": call.level,
-        "tier": call.tier.name if call.tier else "",
-        "prompt": prompt,
-        "predicted_output_tokens": call.assessment.predicted_output_tokens,
+        "level": call.level or 3,
+        "predicted_output_tokens": assessment.predicted_output_tokens if assessment is not None else 64,
         "enqueued_at": f"{enqueued_at:.6f}",
         "accepted_at": f"{call.created_at.timestamp():.6f}",
     }

@@ -71,8 +71,9 @@ def test_a_finished_call_goes_back_to_the_queue_with_a_new_stream_entry(dispatch
     call_switch_protocol(call=call, protocol="choking", user=dispatcher)
     call.refresh_from_db()
     assert call.status == CallStatus.QUEUED and call.done_at is None and call.guidance == ""
-    [entry] = [e for e in stream_entries(redis_conn) if e["call_id"] == str(call.pk)]
-    assert "Protocol: choking v" in entry["prompt"]
+    assert [e for e in stream_entries(redis_conn) if e["call_id"] == str(call.pk)]
+    [generation] = calls_generation_input(call_ids=[call.pk]).values()
+    assert "Protocol: choking v" in generation.prompt
 
 
 def test_the_result_of_the_generation_before_a_switch_is_not_stored(dispatcher, triaged_call):

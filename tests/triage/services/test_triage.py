@@ -5,6 +5,7 @@ from tests.fixtures.predictors import ARREST_TRANSCRIPT
 from tests.fixtures.services import stream_entries
 from tests.triage.factories import make_call
 from triage.models import AuditEvent, Call, CallStatus
+from triage.selectors.calls import calls_generation_input
 from triage.services.triage import call_triage_record, calls_enqueue
 
 pytestmark = pytest.mark.django_db
@@ -47,16 +48,17 @@ def test_after_commit_the_call_is_queued_with_one_stream_entry(
     assert call.status == CallStatus.QUEUED and call.queued_at is not None
     [entry] = stream_entries(redis_conn)
     assert entry["call_id"] == str(call.pk) and entry["level"] == str(prediction.esi) == str(call.level)
-    assert entry["tier"] == tiers[prediction.esi - 1].name
-    assert normalise_transcript(transcript) in entry["prompt"]  # the call, in the words the model was trained on
-    protocol = call.assessment.protocol
-    assert f"Protocol: {protocol} v" in entry["prompt"] or f"Protocol: unclear ({call.assessment.protocol_family})" in entry["prompt"]
-    assert "Instructions: " in entry["prompt"]
     assert int(entry["predicted_output_tokens"]) == prediction.predicted_output_tokens >= 1
     assert float(entry["accepted_at"]) == call.created_at.timestamp() <= float(entry["enqueued_at"])
-    assert set(entry) == {
-        "call_id", "level", "tier", "prompt", "predicted_output_tokens", "enqueued_at", "accepted_at"
-    }
+    assert set(entry) == {"call_id", "level", "predicted_output_tokens", "enqueued_at", "accepted_at"}
+    # What to generate comes from the database, as the worker reads it.
+    [generation] = calls_generation_input(call_ids=[call.pk]).values()
+    assert generation.tier == tiers[prediction.esi - 1].name
+    assert normalise_transcript(transcript) in generation.prompt  # the call, in the words the model was trained on
+    protocol = call.assessment.protocol
+    assert (f"Protocol: {protocol} v" in generation.prompt
+            or f"Protocol: unclear ({call.assessment.protocol_family})" in generation.prompt)
+    assert "Instructions: " in generation.prompt
     actions = list(AuditEvent.objects.filter(call=call).order_by("id").values_list("action", flat=True))
     assert actions == ["call.created", "call.triaged", "call.queued"]
 
@@ -91,4 +93,5 @@ def test_a_call_without_a_matching_tier_is_queued_without_tier(
     with django_capture_on_commit_callbacks(execute=True):
         record(call)
     assert Call.objects.get(pk=call.pk).tier is None
-    assert stream_entries(redis_conn)[0]["tier"] == ""
+    assert [int(e["call_id"]) for e in stream_entries(redis_conn)] == [call.pk]
+    assert calls_generation_input(call_ids=[call.pk])[call.pk].tier == ""
