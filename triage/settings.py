@@ -90,6 +90,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # first: probes are answered before host validation and the https redirect (triage/health.py)
     "triage.health.HealthMiddleware",
+    # /metrics for a scraper holding TRIAGE_METRICS_TOKEN, and every request counted (triage/process_metrics.py)
+    "triage.process_metrics.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # WhiteNoise, async-capable (triage/middleware.py): static files before sessions and auth touch them
     "triage.middleware.StaticFilesMiddleware",
@@ -262,6 +264,7 @@ TRIAGE = {
     "INFERENCE_STREAM": os.environ.get("TRIAGE_INFERENCE_STREAM", "triage:inference"),
     "INFERENCE_GROUP": "inference",
     "CONTROL_CHANNEL": os.environ.get("TRIAGE_CONTROL_CHANNEL", "triage:control"),
+    "METRICS_TOKEN": os.environ.get("TRIAGE_METRICS_TOKEN", ""),
     "SWEEP_STUCK_AFTER_S": float(os.environ.get("TRIAGE_SWEEP_STUCK_AFTER_S", "30")),
     "PREDICTORS_DIR": Path(os.environ.get("TRIAGE_PREDICTORS_DIR", MODELS_DIR / "predictors")),
     # Dotted path of `load(path=None) -> TriagePredictor` used by the Celery triage task.

@@ -11,6 +11,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from triage.models import ALLOWED_TRANSITIONS, STATUS_TIMESTAMP_FIELD, ApiClient, Call, CallStatus
+from triage.process_metrics import call_accepted
 from triage.realtime import call_changed_on_commit
 from triage.streams import control_publish_on_commit
 
@@ -68,6 +69,7 @@ def call_create(
                 data={"external_id": external_id},
             )
             transaction.on_commit(lambda: send_triage_task(call.pk))
+            transaction.on_commit(call_accepted)
             call_changed_on_commit(call.pk)
     except IntegrityError:
         existing = Call.objects.filter(client=client, external_id=external_id).first()

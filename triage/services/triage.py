@@ -25,6 +25,7 @@ from django.utils import timezone
 from inference.guidance.library import ProtocolLibrary, load_library
 from inference.predictors.protocol import ProtocolChoice
 from triage.models import ESI_LEVELS, AuditEvent, Call, CallStatus, DecisionPoint, Tier, TriageAssessment
+from triage.process_metrics import calls_triaged
 from triage.realtime import call_changed_on_commit
 from triage.streams import stream_append_many
 
@@ -108,6 +109,8 @@ def calls_triage_record(
         AuditEvent.objects.bulk_create(audits)
         calls_webhook_on_commit(locked, status=CallStatus.TRIAGED)
         call_ids = [c.pk for c in locked]
+        waits = [(c.level, (now - c.created_at).total_seconds()) for c in locked]
+        transaction.on_commit(lambda: calls_triaged(waits))
         transaction.on_commit(lambda: calls_enqueue_or_leave_for_sweep(call_ids=call_ids))
     return locked
 

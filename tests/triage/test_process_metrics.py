@@ -1,0 +1,78 @@
+"""Prometheus metrics of web/intake and of the Celery triage worker, scraped as Prometheus would (the inference
+worker's: tests/engine/test_worker.py)."""
+
+import os
+import socket
+from urllib.error import URLError
+from urllib.request import urlopen
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.fixtures.predictors import predictor_env
+from tests.fixtures.services import database_url_for_test_db, start_worker, stop_worker, wait_until
+from tests.triage.factories import call_payload
+from triage.models import Call, CallStatus
+
+
+def _samples(text: str) -> dict[tuple[str, tuple], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+@pytest.fixture
+def metrics_token(settings):
+    settings.TRIAGE = {**settings.TRIAGE, "METRICS_TOKEN": "scrape-me"}
+    return "scrape-me"
+
+
+@pytest.mark.django_db
+def test_web_metrics_count_requests_and_accepted_calls_for_the_scraper_only(
+    api, redis_conn, client, metrics_token, django_capture_on_commit_callbacks
+):
+    def scrape() -> dict:
+        response = client.get("/metrics", HTTP_AUTHORIZATION=f"Bearer {metrics_token}")
+        assert response.status_code == 200
+        return _samples(response.content.decode())
+
+    before = scrape()
+    with django_capture_on_commit_callbacks(execute=True):  # a call counts once it is stored
+        assert api.post("/api/v1/calls/", call_payload(), format="json").status_code == 201
+    after = scrape()
+    accepted = ("triage_calls_accepted_total", ())
+    assert after[accepted] == before.get(accepted, 0) + 1
+    created = ("triage_web_requests_total", (("method", "POST"), ("status", "2xx")))
+    assert after[created] == before.get(created, 0) + 1
+    assert client.get("/metrics").status_code == 404  # no token: the path does not exist
+    assert client.get("/metrics", HTTP_AUTHORIZATION="Bearer guess").status_code == 404
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_the_celery_worker_exports_triage_time_by_esi(api, redis_conn, trained_predictors_dir, tmp_path, settings):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "DATABASE_URL": database_url_for_test_db(), "REDIS_URL": settings.REDIS_URL,
+           "CELERY_BROKER_URL": settings.CELERY_BROKER_URL, "TRIAGE_CELERY_METRICS_PORT": str(port),
+           **predictor_env(trained_predictors_dir)}
+    worker = start_worker(env, tmp_path / "worker.log", "--pool", "prefork", "--concurrency", "1")
+    try:
+        call_id = api.post("/api/v1/calls/", call_payload(), format="json").json()["id"]
+        wait_until(lambda: Call.objects.get(pk=call_id).status != CallStatus.RECEIVED, timeout_s=60)
+        level = Call.objects.get(pk=call_id).level
+
+        def scrape() -> dict | None:
+            for candidate in (port, port + 1):  # the pool process's index decides its port
+                try:
+                    with urlopen(f"http://127.0.0.1:{candidate}/metrics", timeout=2) as response:
+                        return _samples(response.read().decode())
+                except (URLError, OSError):
+                    continue
+            return None
+
+        samples = wait_until(scrape, timeout_s=30)
+        assert samples[("triage_calls_triaged_total", (("esi", str(level)),))] == 1
+        assert samples[("triage_triage_seconds_count", (("esi", str(level)),))] == 1
+    finally:
+        stop_worker(worker)
