@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q --upgrade pip==25.3
 	# The CPU wheel first: any looser torch spec pulls gigabytes of CUDA packages.
 	$(PIP) install -q torch==2.13.0
-	$(PIP) install -q -e '.[test]'
+	$(PIP) install -q -e '.[test,demo]'
 	touch $@
 
 venv: $(VENV)/.installed
