@@ -44,13 +44,49 @@ def test_readiness_turns_unready_when_the_database_is_down(probe):
     assert get_redis().ping()
 
 
-def test_compose_restarts_every_long_running_service_and_probes_the_web_on_readyz():
+def _compose() -> dict:
     from pathlib import Path
 
     import yaml
 
-    compose = yaml.safe_load((Path(__file__).resolve().parents[2] / "docker-compose.yml").read_text())
-    services = compose["services"]
+    return yaml.safe_load((Path(__file__).resolve().parents[2] / "docker-compose.yml").read_text())
+
+
+def test_compose_restarts_every_long_running_service_and_probes_the_web_on_readyz():
+    services = _compose()["services"]
     assert {name for name, s in services.items() if s.get("restart") != "unless-stopped"} == {"setup"}
     for name in ("web", "intake"):
         assert services[name]["healthcheck"]["test"][-1].endswith("/readyz"), name
+
+
+def test_compose_is_well_formed_as_compose_reads_it():
+    """What `docker compose config` would refuse, checked without a Docker engine: every service has an image or
+    a build, its dependencies exist (and wait on health or completion), every long-running service has a
+    healthcheck and resource limits, the GPU is reserved for inference, and every variable the app reads from
+    the environment is one docs/configuration.md documents."""
+    import re
+    from pathlib import Path
+
+    compose = _compose()
+    services = compose["services"]
+    documented = set(re.findall(r"^\| `([A-Z0-9_]+)`", (Path(__file__).resolve().parents[2] / "docs" /
+                                                         "configuration.md").read_text(), re.M))
+    allowed_keys = {"image", "build", "environment", "volumes", "depends_on", "command", "ports", "restart",
+                    "healthcheck", "deploy"}
+    for name, service in services.items():
+        assert set(service) <= allowed_keys, (name, set(service) - allowed_keys)
+        assert "image" in service or "build" in service, name
+        for dependency, condition in (service.get("depends_on") or {}).items():
+            assert dependency in services, (name, dependency)
+            assert condition["condition"] in ("service_healthy", "service_completed_successfully"), name
+        for volume in service.get("volumes") or []:
+            assert volume.split(":")[0] in compose["volumes"], (name, volume)
+        if name in ("postgres", "redis", "setup"):
+            continue
+        assert service["healthcheck"]["test"], name
+        assert service["deploy"]["resources"]["limits"]["memory"], name
+        unknown = {k for k in service.get("environment") or {} if k not in documented
+                   and not k.startswith("POSTGRES_")}  # the postgres image's own
+        assert unknown == set(), (name, unknown)
+    [gpu] = services["inference"]["deploy"]["resources"]["reservations"]["devices"]
+    assert gpu["capabilities"] == ["gpu"]
