@@ -71,8 +71,9 @@ def test_the_celery_worker_exports_triage_time_by_esi(api, redis_conn, trained_p
                     continue
             return None
 
-        samples = wait_until(scrape, timeout_s=30)
-        assert samples[("triage_calls_triaged_total", (("esi", str(level)),))] == 1
+        triaged = ("triage_calls_triaged_total", (("esi", str(level)),))
+        samples = wait_until(lambda: (s := scrape()) and triaged in s and s, timeout_s=30)  # counted on commit
+        assert samples[triaged] == 1
         assert samples[("triage_triage_seconds_count", (("esi", str(level)),))] == 1
     finally:
         stop_worker(worker)
