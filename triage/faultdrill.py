@@ -216,7 +216,7 @@ def run_drill(fault: str, options: DrillOptions, log: Callable[[str], None] = pr
 
 
 def _wait_for_heartbeat(private: PrivateRedis, timeout_s: float) -> None:
-    from triage.realtime import ENGINE_METRICS_KEY
+    from triage.redis_clients import ENGINE_METRICS_KEY
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

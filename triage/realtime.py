@@ -70,8 +70,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 # The inference worker writes the engine metrics through this module's name for the key.
-from triage.board_redis import ENGINE_METRICS_KEY as ENGINE_METRICS_KEY
-from triage.board_redis import redis_client
+from triage.redis_clients import redis_client
 from triage.selectors.queue import board_metrics, call_states
 
 logger = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """The Redis side of the contracts in DESIGN.md §2b: the inference stream and the control channel.
 
-One connection pool per process, built lazily from ``settings.REDIS_URL``.
+Its client is ``triage.redis_clients.get_redis`` (bytes).
 """
 
 from __future__ import annotations
@@ -9,25 +9,16 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
-from functools import lru_cache
 
 import redis
 from django.conf import settings
 from django.db import transaction
 
+from triage.redis_clients import get_redis
+
 logger = logging.getLogger(__name__)
 
 StreamFields = Mapping[str, str | int | float]
-
-
-@lru_cache(maxsize=4)
-def _client(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5, health_check_interval=30)
-
-
-def get_redis() -> redis.Redis:
-    """The process-wide Redis client for ``settings.REDIS_URL`` (decoded bytes are left to callers)."""
-    return _client(settings.REDIS_URL)
 
 
 def inference_stream() -> str:

@@ -33,7 +33,7 @@ def role_groups(request: pytest.FixtureRequest) -> None:
 
 
 def clear_board_redis() -> None:
-    from triage.realtime import redis_client
+    from triage.redis_clients import redis_client
 
     r = redis_client()
     for pattern in BOARD_REDIS_PATTERNS:
@@ -45,7 +45,7 @@ def clear_board_redis() -> None:
 @pytest.fixture
 def board_redis() -> Iterator[object]:
     """The real Redis at REDIS_URL with the board's keys deleted by name before and after."""
-    from triage.realtime import redis_client
+    from triage.redis_clients import redis_client
 
     clear_board_redis()
     yield redis_client()

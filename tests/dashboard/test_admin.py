@@ -23,7 +23,8 @@ def staff_client(user: object) -> Client:
 @pytest.fixture
 def control_messages(settings: object):
     """Messages published on the control channel during the test (a real Redis subscription)."""
-    from triage.streams import control_channel, get_redis
+    from triage.redis_clients import get_redis
+    from triage.streams import control_channel
 
     pubsub = get_redis().pubsub()
     pubsub.subscribe(control_channel())

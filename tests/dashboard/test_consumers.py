@@ -240,7 +240,8 @@ async def test_call_socket_replays_generated_tokens_then_streams_new_ones(make_c
 
 
 async def test_call_socket_fills_a_dropped_token_from_the_replay_log(make_call, dispatcher_cookie):
-    from triage.realtime import redis_client, token_stream_key
+    from triage.realtime import token_stream_key
+    from triage.redis_clients import redis_client
 
     call = await database_sync_to_async(make_call)(2, "decoding")
     comm = communicator(f"/ws/calls/{call.pk}/", dispatcher_cookie)

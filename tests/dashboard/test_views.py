@@ -164,7 +164,7 @@ def test_queue_snapshot_sorts_by_level_then_waiting_time(make_call):
 
 
 def test_metrics_report_waiting_percentiles_per_level_and_slo_attainment(make_call, board_redis):
-    from triage.board_redis import ENGINE_METRICS_KEY
+    from triage.redis_clients import ENGINE_METRICS_KEY
     from triage.selectors.queue import board_metrics
 
     for _ in range(3):

@@ -18,8 +18,8 @@ from scheduler.policies import make_scheduler
 from triage import realtime
 from triage.inference_worker import InferenceWorker, WorkerOptions
 from triage.models import Call, CallStatus, SchedulerSettings, TriageAssessment
+from triage.redis_clients import get_redis
 from triage.selectors.calls import guidance_plan
-from triage.streams import get_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

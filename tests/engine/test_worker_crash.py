@@ -25,7 +25,7 @@ from django.utils import timezone
 from tests.fixtures.services import REPO_ROOT, WorkerProcess, database_url_for_test_db
 from triage import realtime
 from triage.models import ALLOWED_TRANSITIONS, Call, CallStatus
-from triage.streams import get_redis
+from triage.redis_clients import get_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

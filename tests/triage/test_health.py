@@ -4,7 +4,7 @@ import pytest
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.test import Client
 
-from triage.streams import get_redis
+from triage.redis_clients import get_redis
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 from triage.models import ApiClient
-from triage.streams import get_redis
+from triage.redis_clients import get_redis
 
 logger = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from inference.engine import Engine
 from inference.guidance.follow import GuidanceFollower
-from triage import realtime
+from triage.redis_clients import ENGINE_METRICS_KEY
 
 log = logging.getLogger("triage.inference_worker")
 PREEMPTION_LABELS = ("swap", "drop", "partial", "paused")
@@ -88,7 +88,7 @@ class WorkerMetrics:
         self.snapshot = self.compute()
         fields = {k: v for k, v in self.snapshot.items() if not isinstance(v, dict)}
         try:
-            client.hset(realtime.ENGINE_METRICS_KEY, mapping=fields)
+            client.hset(ENGINE_METRICS_KEY, mapping=fields)
         except redis.RedisError:
             log.debug("engine metrics not published", exc_info=True)
 

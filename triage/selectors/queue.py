@@ -20,7 +20,6 @@ from inference.guidance.library import UNCLEAR, ProtocolLibrary, load_library
 from scheduler.config import ESI_LEVELS, SchedulerConfig
 from scheduler.metrics import meets_slo, slo_attainment, slo_targets
 from scheduler.policies.aging import effective_level, level_changes
-from triage.board_redis import ENGINE_METRICS_KEY, ENGINE_METRICS_STALE_S, redis_client
 from triage.models import (
     ACTIVE_STATUSES,
     AuditEvent,
@@ -29,6 +28,7 @@ from triage.models import (
     Tier,
     TriageAssessment,
 )
+from triage.redis_clients import ENGINE_METRICS_KEY, ENGINE_METRICS_STALE_S, redis_client
 from triage.selectors.scheduler import scheduler_config_load
 
 METRICS_WINDOW_S = 600  # the sliding window for waiting-time percentiles and SLO attainment

@@ -14,7 +14,7 @@ from django.conf import settings
 from redis import RedisError
 
 from triage.celery import app as celery_app
-from triage.streams import get_redis
+from triage.redis_clients import get_redis
 
 logger = logging.getLogger(__name__)
 TRIAGE_TASK = "triage.tasks.triage_call"

@@ -230,7 +230,7 @@ class Command(BaseCommand):
 
 def _delete_keys(pattern: str, *keys: str) -> None:
     """Delete the keys matching ``pattern`` (this run's inference streams) and ``keys``."""
-    from triage.board_redis import redis_client
+    from triage.redis_clients import redis_client
 
     client = redis_client()
     for key in client.scan_iter(match=pattern, count=100):
@@ -240,7 +240,7 @@ def _delete_keys(pattern: str, *keys: str) -> None:
 
 def _wait_for_engine(since: float, timeout_s: float) -> None:
     """Until an inference worker started after `since` publishes its metrics (it has loaded its model)."""
-    from triage.board_redis import ENGINE_METRICS_KEY, redis_client
+    from triage.redis_clients import ENGINE_METRICS_KEY, redis_client
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

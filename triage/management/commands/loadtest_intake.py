@@ -29,8 +29,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from triage.models import Call
+from triage.redis_clients import get_redis
 from triage.services.clients import api_client_create, api_client_deactivate
-from triage.streams import get_redis
 
 WRK_SCRIPT = Path(settings.BASE_DIR) / "bin" / "intake-wrk.lua"
 

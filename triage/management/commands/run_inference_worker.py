@@ -15,8 +15,8 @@ from django.core.management.base import BaseCommand
 from inference.calibration import load_cost_model
 from scheduler.policies import make_scheduler
 from triage.inference_worker import InferenceWorker, WorkerOptions
+from triage.redis_clients import get_redis
 from triage.selectors.scheduler import scheduler_config_load
-from triage.streams import get_redis
 
 log = logging.getLogger("triage.inference_worker")
 
