@@ -36,11 +36,13 @@ class LLMTrainingConfig:
     seed: int = 1234
     threads: int = 2
     split_suffixes: bool = False  # see SUFFIX_SPLIT
+    switched_share: float = 0.0  # share of calls also taught another protocol's plan (corpus.training_pairs)
 
 
 # ~2.5M parameters, trained on the written corpus' calls (inference.guidance.corpus): it reads out the protocol
 # text its prompt carries.
-FULL_CONFIG = LLMTrainingConfig(hidden_size=192, intermediate_size=512, steps=1000, split_suffixes=True)
+FULL_CONFIG = LLMTrainingConfig(hidden_size=192, intermediate_size=512, steps=1000, split_suffixes=True,
+                                switched_share=0.25)
 # Trains in about two minutes on 2 busy cores, on a few calls per protocol, and reads all of them out.
 TINY_CONFIG = LLMTrainingConfig(
     vocab_size=1500, hidden_size=128, num_layers=2, num_heads=2, intermediate_size=384,

@@ -34,10 +34,15 @@ def record_plan(record: dict[str, Any], library: ProtocolLibrary | None = None, 
     naming the patient as the call's age says."""
     library = library or load_library()
     protocol = library.protocols[record["protocol"]]
-    age = record.get("patient_age")
-    if age is None and "patient_age" not in record:
-        age = assess_call(record["transcript"], load_catalogue())[0].patient.age
-    return plan_guidance(library, UNCLEAR if unclear else protocol.id, protocol.family, int(record["esi"]), age)
+    return plan_guidance(library, UNCLEAR if unclear else protocol.id, protocol.family, int(record["esi"]),
+                         record_age(record))
+
+
+def record_age(record: dict[str, Any]) -> float | None:
+    """The patient's age in years as labelled, else as the catalogue reads it from the call (None: unknown)."""
+    if "patient_age" in record:
+        return record["patient_age"]
+    return assess_call(record["transcript"], load_catalogue())[0].patient.age
 
 
 def record_prompt(record: dict[str, Any], library: ProtocolLibrary | None = None) -> str:
@@ -50,13 +55,21 @@ def reference_guidance(record: dict[str, Any], library: ProtocolLibrary | None =
     return record_plan(record, library).text
 
 
-def training_pairs(records: Iterable[dict[str, Any]], seed: int = 0) -> list[tuple[str, str]]:
-    """One (prompt, guidance) pair per record, plus its family's unclear plan for a seeded share of them."""
+def training_pairs(records: Iterable[dict[str, Any]], seed: int = 0, switched_share: float = 0.0
+                   ) -> list[tuple[str, str]]:
+    """One (prompt, guidance) pair per record, plus its family's unclear plan for a seeded share of them and,
+    for ``switched_share`` of them, another protocol's plan, as after a dispatcher's switch: the guidance is
+    the plan in the prompt, whatever the call's words suggest, so the model learns to read the plan out rather
+    than to recognise the emergency."""
     library, rng = load_library(), random.Random(seed)
     pairs = []
     for record in records:
         for unclear in (False, True) if rng.random() < UNCLEAR_SHARE else (False,):
             plan = record_plan(record, library, unclear)
+            pairs.append((guidance_prompt(plan, record["transcript"]), plan.text))
+        if switched_share and rng.random() < switched_share:
+            other = library.protocols[rng.choice([p for p in library.ids if p != record["protocol"]])]
+            plan = plan_guidance(library, other.id, other.family, int(record["esi"]), record_age(record))
             pairs.append((guidance_prompt(plan, record["transcript"]), plan.text))
     return pairs
 

@@ -18,7 +18,7 @@ from inference.guidance.corpus import (
 )
 from inference.guidance.guard import StreamGuard
 from inference.guidance.library import UNCLEAR, load_library
-from inference.guidance.plan import ASK
+from inference.guidance.plan import ASK, normalise_transcript
 from inference.llm_training import _length_buckets
 from scheduler.config import SchedulerConfig
 from scheduler.cost import PRESETS
@@ -50,6 +50,26 @@ def test_a_share_of_calls_is_also_taught_its_familys_questions_deterministically
     assert len(pairs) == len(records) + len(unclear)
     assert 0.5 * UNCLEAR_SHARE * len(records) < len(unclear) < 1.5 * UNCLEAR_SHARE * len(records)
     assert all(ASK in g for _, g in unclear)
+
+
+def test_a_share_of_calls_is_also_taught_another_protocols_plan_as_after_a_switch():
+    """The guidance is the plan in the prompt, whatever the call's words suggest."""
+    records = load_written()[:400]
+    by_transcript = {normalise_transcript(r["transcript"])[:200]: r for r in records}  # prompts cut long calls
+    pairs = training_pairs(records, seed=3, switched_share=0.25)
+    assert pairs == training_pairs(records, seed=3, switched_share=0.25)
+    def switched(pairs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        out = []
+        for prompt, guidance in pairs:
+            call = by_transcript[prompt.rsplit("\nCall: ", 1)[1].removesuffix("\nGuidance:")[:200]]
+            if not prompt.startswith((f"Protocol: {call['protocol']} v", f"Protocol: {UNCLEAR} (")):
+                out.append((prompt, guidance))
+        return out
+
+    taught = switched(pairs)
+    assert 0.5 * 0.25 * len(records) < len(taught) < 1.5 * 0.25 * len(records)
+    assert all(f"Instructions: {guidance}\n" in prompt for prompt, guidance in taught)
+    assert switched(training_pairs(records, seed=3)) == []  # off by default
 
 
 def test_example_records_cover_every_protocol_at_both_ends_of_its_levels():

@@ -120,7 +120,8 @@ class Command(BaseCommand):
 
         if not (opts["skip_llm"] and (out / "config.json").exists()):
             config = TINY_CONFIG if opts["tiny"] else FULL_CONFIG
-            stats = train_guidance_model(training_pairs(written, seed=config.seed), out, config, progress=progress)
+            pairs = training_pairs(written, seed=config.seed, switched_share=config.switched_share)
+            stats = train_guidance_model(pairs, out, config, progress=progress)
             self.stdout.write(f"guidance LLM: {stats['parameters']:,} parameters, {stats['examples']} examples, "
                               f"loss {stats['final_loss']:.3f}, {stats['train_s']} s -> {out}")
         mark = stage_done("llm", mark)
