@@ -49,18 +49,26 @@ def test_web_metrics_count_requests_and_accepted_calls_for_the_scraper_only(
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.slow
-def test_the_celery_worker_exports_triage_time_by_esi(api, redis_conn, trained_predictors_dir, tmp_path, settings):
+def test_the_celery_worker_exports_triage_time_by_esi(redis_conn, trained_predictors_dir, tmp_path, settings):
+    """A worker of its own on a queue of its own (the session's Celery worker must not take the task)."""
+    from django.utils import timezone
+
+    from triage.celery import app as celery_app
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
+    queue = f"metrics-{port}"
     env = {**os.environ, "DATABASE_URL": database_url_for_test_db(), "REDIS_URL": settings.REDIS_URL,
            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL, "TRIAGE_CELERY_METRICS_PORT": str(port),
            **predictor_env(trained_predictors_dir)}
-    worker = start_worker(env, tmp_path / "worker.log", "--pool", "prefork", "--concurrency", "1")
+    worker = start_worker(env, tmp_path / "worker.log", "--pool", "prefork", "--concurrency", "1", "-Q", queue)
     try:
-        call_id = api.post("/api/v1/calls/", call_payload(), format="json").json()["id"]
-        wait_until(lambda: Call.objects.get(pk=call_id).status != CallStatus.RECEIVED, timeout_s=60)
-        level = Call.objects.get(pk=call_id).level
+        # Stored without the intake's task, so only this worker's task triages it.
+        call = Call.objects.create(external_id="metrics-1", received_at=timezone.now(), transcript=call_payload()["transcript"])
+        celery_app.send_task("triage.tasks.triage_call", args=(call.pk,), queue=queue)
+        wait_until(lambda: Call.objects.get(pk=call.pk).status != CallStatus.RECEIVED, timeout_s=60)
+        level = Call.objects.get(pk=call.pk).level
 
         def scrape() -> dict | None:
             for candidate in (port, port + 1):  # the pool process's index decides its port
