@@ -13,13 +13,14 @@ http from inside the host or the container network, under whatever Host header i
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import sync_to_async
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
+from triage.middleware import DualModeMiddleware
 from triage.redis_clients import ENGINE_METRICS_KEY, get_redis
 
 LIVENESS_PATH = "/healthz"
@@ -68,20 +69,11 @@ def _probe(path: str) -> HttpResponseBase:
     return JsonResponse(body, status=200 if ready else 503)
 
 
-class HealthMiddleware:
+class HealthMiddleware(DualModeMiddleware):
     """Answers the two probe paths itself; everything else goes on down the stack."""
-
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response: Callable) -> None:
-        self.get_response = get_response
-        self._async = iscoroutinefunction(get_response)
-        if self._async:
-            markcoroutinefunction(self)
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase | Awaitable[HttpResponseBase]:
         path = request.path_info.rstrip("/")
         if path in (LIVENESS_PATH, READINESS_PATH):
-            return sync_to_async(_probe)(path) if self._async else _probe(path)
+            return sync_to_async(_probe)(path) if self.is_async else _probe(path)
         return self.get_response(request)

@@ -15,6 +15,20 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from whitenoise.middleware import WhiteNoiseMiddleware
 
 
+class DualModeMiddleware:
+    """A middleware that runs in whichever mode the stack runs (daphne's async, gunicorn's sync), so Django never
+    moves a request onto a thread for it. ``self.is_async`` says which; ``get_response`` is the next layer."""
+
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable) -> None:
+        self.get_response = get_response
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+
 class StaticFilesMiddleware(WhiteNoiseMiddleware):
     sync_capable = True
     async_capable = True

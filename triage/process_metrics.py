@@ -15,13 +15,15 @@ import hmac
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Iterable
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseNotFound
 from prometheus_client import REGISTRY, Counter, Histogram, generate_latest, start_http_server
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from triage.middleware import DualModeMiddleware
 
 log = logging.getLogger(__name__)
 METRICS_PATH = "/metrics"
@@ -55,23 +57,13 @@ def metrics_response(request: HttpRequest) -> HttpResponseBase:
     return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
 
 
-class RequestMetricsMiddleware:
-    """Counts and times every request, in whichever mode the stack runs (daphne's async, gunicorn's sync), so
-    no request is moved onto a thread for it."""
-
-    sync_capable = True
-    async_capable = True
-
-    def __init__(self, get_response: Callable) -> None:
-        self.get_response = get_response
-        self._async = iscoroutinefunction(get_response)
-        if self._async:
-            markcoroutinefunction(self)
+class RequestMetricsMiddleware(DualModeMiddleware):
+    """Counts and times every request, and answers /metrics."""
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase | Awaitable[HttpResponseBase]:
         if request.path_info == METRICS_PATH:
-            return sync_to_async(metrics_response)(request) if self._async else metrics_response(request)
-        if self._async:
+            return sync_to_async(metrics_response)(request) if self.is_async else metrics_response(request)
+        if self.is_async:
             return self._acall(request)
         started = time.perf_counter()
         response = self.get_response(request)
