@@ -16,10 +16,10 @@ from redis import RedisError
 
 from triage.models import Call, CallStatus
 from triage.process_metrics import serve_celery_metrics
+from triage.services.assessments import calls_enqueue_or_leave_for_sweep
 from triage.services.batching import Predictor, call_triage_micro_batch
 from triage.services.dispatch import send_triage_task, triage_task_slot_release
 from triage.services.recovery import calls_restream_if_lost
-from triage.services.triage import calls_enqueue_or_leave_for_sweep
 from triage.services.webhooks import webhook_backoff_s, webhook_deliver
 
 logger = logging.getLogger(__name__)

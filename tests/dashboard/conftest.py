@@ -77,8 +77,8 @@ def make_call(tiers: None, triage_predictor: object) -> Callable[..., object]:
     recorded level is then set to ``esi`` (probabilities and model version stay the classifier's).
     """
     from triage.models import CallStatus
+    from triage.services.assessments import call_triage_record, calls_enqueue
     from triage.services.calls import call_create, call_transition
-    from triage.services.triage import call_triage_record, calls_enqueue
 
     counter = iter(range(1, 100_000))
     path = {

@@ -110,8 +110,8 @@ def start_inference_worker(tiny_guidance_model, isolated_stream, transactional_d
 def _burst(n: int, monkeypatch) -> list[int]:
     """n calls through intake and triage; the triage service appends their stream entries on commit."""
     from triage.services import calls as call_services
+    from triage.services.assessments import calls_triage_record
     from triage.services.calls import call_create
-    from triage.services.triage import calls_triage_record
 
     monkeypatch.setattr(call_services, "send_triage_task", lambda call_id: True)  # no Celery: triaged below
     created = [

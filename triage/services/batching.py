@@ -31,10 +31,10 @@ from django.utils import timezone
 from scheduler.policies import POLICIES
 from triage.models import Call, CallStatus, SchedulerSettings
 
+from .assessments import Prediction, calls_enqueue_or_leave_for_sweep, calls_triage_record
 from .audit import SYSTEM_TRIAGE
 from .calls import call_transition
 from .dispatch import send_triage_task
-from .triage import Prediction, calls_enqueue_or_leave_for_sweep, calls_triage_record
 
 LINGER_STEP_S = 0.01
 # A burst's backlog is ranked by the lexical pre-screen (inference/predictors/screen.py) in windows of this
@@ -67,7 +67,7 @@ def call_triage_micro_batch(*, call_id: int, predictor: Predictor) -> BatchOutco
     Draining is what makes the coalesced publish of ``send_triage_task`` safe: this task also stands for the
     calls whose publish it absorbed. Safe to run twice, and beside other workers (``SKIP LOCKED``)."""
     outcome = BatchOutcome()
-    knobs = SchedulerSettings.load()
+    scheduler_settings = SchedulerSettings.load()
     status = Call.objects.filter(pk=call_id).values_list("status", flat=True).first()
     if status == CallStatus.TRIAGED:  # a retry after the enqueue step failed
         calls_enqueue_or_leave_for_sweep(call_ids=[call_id])
@@ -75,13 +75,13 @@ def call_triage_micro_batch(*, call_id: int, predictor: Predictor) -> BatchOutco
     elif status != CallStatus.RECEIVED:
         outcome.skipped = f"status {status}"
     else:
-        own = _triage_one_batch(call_id, predictor, knobs)
+        own = _triage_one_batch(call_id, predictor, scheduler_settings)
         if own is None:
             outcome.skipped = "claimed by another worker"
         else:
             outcome.triaged_ids += own
     for _ in range(MAX_DRAIN_BATCHES):
-        more = _triage_one_batch(None, predictor, knobs)
+        more = _triage_one_batch(None, predictor, scheduler_settings)
         if not more:
             return outcome
         outcome.triaged_ids += more
@@ -89,12 +89,12 @@ def call_triage_micro_batch(*, call_id: int, predictor: Predictor) -> BatchOutco
     return outcome
 
 
-def _triage_one_batch(call_id: int | None, predictor: Predictor, knobs: SchedulerSettings) -> list[int] | None:
+def _triage_one_batch(call_id: int | None, predictor: Predictor, scheduler_settings: SchedulerSettings) -> list[int] | None:
     """Claim a batch (with ``call_id`` first, if given), classify and record it; the ids triaged. None: the
     given call is held by another worker; []: nothing was waiting."""
     claim_started = time.perf_counter()
     with transaction.atomic():
-        batch = _claim(call_id, knobs.micro_batch_max, knobs.micro_batch_wait_ms / 1000, _screens(knobs.policy))
+        batch = _claim(call_id, scheduler_settings.micro_batch_max, scheduler_settings.micro_batch_wait_ms / 1000, _screens(scheduler_settings.policy))
         if not batch:
             return None if call_id is not None else []
         started = time.perf_counter()

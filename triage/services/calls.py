@@ -79,7 +79,7 @@ def call_create(
     return call, True
 
 
-def apply_transition(call: Call, to_status: str, *, now: datetime) -> list[str]:
+def call_transition_unsaved(call: Call, to_status: str, *, now: datetime) -> list[str]:
     """Move a (locked) call to ``to_status`` in memory; returns the changed field names.
 
     Raises ``InvalidTransition`` for a move ALLOWED_TRANSITIONS does not list.
@@ -126,7 +126,7 @@ def call_transition(
     with transaction.atomic():
         locked = Call.objects.select_for_update().get(pk=call.pk)
         from_status = locked.status
-        changed = apply_transition(locked, to_status, now=at or timezone.now())
+        changed = call_transition_unsaved(locked, to_status, now=at or timezone.now())
         for name, value in extra.items():
             setattr(locked, name, value)
         locked.save(update_fields=[*changed, *extra])

@@ -11,9 +11,9 @@ from triage.realtime import call_changed_on_commit
 from triage.roles import is_dispatcher
 from triage.streams import control_publish_on_commit
 
+from .assessments import tier_for_level
 from .audit import audit_record
 from .errors import Conflict, NotAllowed, field_error
-from .triage import tier_for_level
 
 OVERRIDE_REASON_MAX_CHARS = 1000
 

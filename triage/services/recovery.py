@@ -19,10 +19,10 @@ from django.db import transaction
 from triage.models import Call, CallStatus
 from triage.streams import stream_append_many, stream_lost, stream_mark_complete
 
+from .assessments import inference_entry
 from .audit import Actor
 from .calls import call_transition
 from .errors import Conflict, Unavailable
-from .triage import inference_entry
 
 logger = logging.getLogger(__name__)
 

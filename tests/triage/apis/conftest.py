@@ -2,7 +2,7 @@ import pytest
 
 from tests.fixtures.predictors import ARREST_TRANSCRIPT
 from tests.triage.factories import make_call
-from triage.services.triage import call_triage_record
+from triage.services.assessments import call_triage_record
 
 
 @pytest.fixture

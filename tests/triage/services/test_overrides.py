@@ -5,10 +5,10 @@ import pytest
 from tests.fixtures.predictors import ARREST_TRANSCRIPT
 from tests.triage.factories import make_call
 from triage.models import AuditEvent, CallStatus
+from triage.services.assessments import call_triage_record
 from triage.services.calls import call_transition
 from triage.services.errors import Conflict, DomainError, NotAllowed
 from triage.services.overrides import call_override_level
-from triage.services.triage import call_triage_record
 from triage.streams import control_channel
 
 pytestmark = pytest.mark.django_db

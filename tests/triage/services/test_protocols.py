@@ -7,11 +7,11 @@ from tests.fixtures.services import stream_entries
 from tests.triage.factories import make_call
 from triage.models import AuditEvent, CallStatus
 from triage.selectors.calls import calls_generation_input
+from triage.services.assessments import call_triage_record
 from triage.services.calls import call_transition
 from triage.services.errors import Conflict, DomainError, NotAllowed
 from triage.services.generation import CallProgress, calls_generation_record
 from triage.services.protocols import call_switch_protocol
-from triage.services.triage import call_triage_record
 from triage.streams import control_channel
 
 pytestmark = pytest.mark.django_db

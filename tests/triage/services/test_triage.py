@@ -6,7 +6,7 @@ from tests.fixtures.services import stream_entries
 from tests.triage.factories import make_call
 from triage.models import AuditEvent, Call, CallStatus
 from triage.selectors.calls import calls_generation_input
-from triage.services.triage import call_triage_record, calls_enqueue
+from triage.services.assessments import call_triage_record, calls_enqueue
 
 pytestmark = pytest.mark.django_db
 
@@ -72,7 +72,7 @@ def test_when_redis_refuses_the_entry_the_call_stays_triaged(tiers, record, redi
     def refuse(entries):
         raise redis.ConnectionError("down")
 
-    monkeypatch.setattr("triage.services.triage.stream_append_many", refuse)
+    monkeypatch.setattr("triage.services.assessments.stream_append_many", refuse)
     with pytest.raises(redis.ConnectionError):
         calls_enqueue(call_ids=[call.pk])
     call.refresh_from_db()

@@ -12,7 +12,7 @@ from tests.fixtures.services import stream_entries, wait_until
 from tests.triage.factories import call_payload, make_call
 from triage.celery import app as celery_app
 from triage.models import Call, CallStatus
-from triage.services.triage import call_triage_record
+from triage.services.assessments import call_triage_record
 from triage.streams import inference_stream
 from triage.tasks import sweep_stuck_calls
 
@@ -58,7 +58,7 @@ def test_a_triaged_call_whose_stream_append_failed_is_appended_by_the_sweep(
         raise redis.ConnectionError("stream unreachable")
 
     with monkeypatch.context() as outage:
-        outage.setattr("triage.services.triage.stream_append_many", stream_down)
+        outage.setattr("triage.services.assessments.stream_append_many", stream_down)
         with django_capture_on_commit_callbacks(execute=True):
             call_triage_record(call=call, prediction=prediction, model_version=triage_predictor.version, latency_ms=1)
     assert Call.objects.get(pk=call.pk).status == CallStatus.TRIAGED

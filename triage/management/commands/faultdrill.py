@@ -44,7 +44,7 @@ class Command(BaseCommand):
             self.stdout.write("fault                         accepted  done  lost  dup  refused  recovery  drained")
             for r in results:
                 self.stdout.write(f"{r.fault:<29} {r.accepted:>8} {r.done:>5} {r.lost:>5} {r.duplicated:>4} "
-                                  f"{r.refused_posts:>8} {_s(r.recovery_s)} {_s(r.drained_s)}")
+                                  f"{r.refused_posts:>8} {_seconds_cell(r.recovery_s)} {_seconds_cell(r.drained_s)}")
         failed = [r.fault for r in results if not r.passed]
         if failed:
             raise CommandError(f"calls lost or duplicated under: {', '.join(failed)}")
@@ -59,5 +59,5 @@ class Command(BaseCommand):
             call_command("loaddata", "fixtures/default_tiers.json", verbosity=0)
 
 
-def _s(seconds: float | None) -> str:
+def _seconds_cell(seconds: float | None) -> str:
     return f"{seconds:>8.1f}" if seconds is not None else "       -"

@@ -30,7 +30,7 @@ from triage.realtime import call_changed_on_commit
 from triage.streams import stream_append_many
 
 from .audit import SYSTEM_TRIAGE, Actor, audit_event_build
-from .calls import apply_transition
+from .calls import call_transition_unsaved
 from .errors import DomainError
 from .webhooks import calls_webhook_on_commit
 
@@ -98,7 +98,7 @@ def calls_triage_record(
         for call in locked:
             prediction = by_id[call.pk]
             _check_prediction(call, prediction)
-            changed.update(apply_transition(call, CallStatus.TRIAGED, now=now))
+            changed.update(call_transition_unsaved(call, CallStatus.TRIAGED, now=now))
             call.level = prediction.esi
             call.tier = tier_for_level(prediction.esi, tiers)
             assessments.append(_assessment(call, prediction, model_version, latency_ms, catalogue_version, library))
@@ -204,7 +204,7 @@ def calls_enqueue(*, call_ids: Sequence[int], actor: Actor = SYSTEM_TRIAGE) -> l
         changed: set[str] = set()
         audits = []
         for call in calls:
-            changed.update(apply_transition(call, CallStatus.QUEUED, now=now))
+            changed.update(call_transition_unsaved(call, CallStatus.QUEUED, now=now))
             audits.append(
                 audit_event_build(
                     action="call.queued", actor=actor, call=call,
