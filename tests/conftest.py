@@ -16,3 +16,6 @@ pytest_plugins = [
     )
     if os.path.exists(os.path.join(os.path.dirname(__file__), "fixtures", p.rsplit(".", 1)[1] + ".py"))
 ]
+
+# tests/vllm runs inside the vLLM server's environment (`make test-vllm`), not this one.
+collect_ignore = ["vllm"]

@@ -33,6 +33,7 @@ from scheduler.cost import CostModel
 from scheduler.decision import Decision, KVUsage
 from scheduler.memory import EvictionHeap, KVMemory
 from scheduler.policies.allocation import KVAllocator
+from scheduler.policies.displacement import preemption_allowed
 from scheduler.policies.schedule_queue import ScheduleEntry, ScheduleQueue
 from scheduler.policies.stage_merge import StageMerge, decode_ready
 from scheduler.request import Request, Stage
@@ -193,10 +194,8 @@ class BaseScheduler:
 
     def preemptible(self, r: Request) -> bool:
         """Whether a running request may be displaced: limited preemption (TRAIL) and the tier's cap."""
-        if r.preemptions >= self.tier(r).max_preemptions:
-            return False
-        c = self.limited_preemption_c
-        return c is None or r.generated_tokens < c * r.predicted_output_tokens
+        return preemption_allowed(r.preemptions, self.tier(r).max_preemptions, r.generated_tokens,
+                                  r.predicted_output_tokens, self.limited_preemption_c)
 
     @property
     def limited_preemption_c(self) -> float | None:

@@ -9,9 +9,22 @@ and preempt-on-arrival from the configuration.
 
 from __future__ import annotations
 
+from scheduler.config import TierPolicy
 from scheduler.policies.aging import effective_level, is_overdue, next_aging_event_s
 from scheduler.policies.base import BaseScheduler
 from scheduler.request import Request
+
+
+def semantic_key(level: int, waited_s: float, arrival_s: float, remaining: float, tier: TierPolicy,
+                 aging_enabled: bool) -> tuple[int, int, float]:
+    """The semantic ordering key, smaller first: (effective level, 1, predicted remaining), or
+    (effective level, 0, arrival) once the request is overdue (aging.py). ``remaining`` is in whatever unit
+    the executor predicts in (seconds here, tokens in the vLLM plug-in): only its order within a level
+    matters. O(1)."""
+    aged = effective_level(level, waited_s, tier, aging_enabled)
+    if aging_enabled and is_overdue(level, waited_s, tier, aging_enabled):
+        return (aged, 0, arrival_s)
+    return (aged, 1, remaining)
 
 
 class SemanticScheduler(BaseScheduler):
@@ -32,14 +45,9 @@ class SemanticScheduler(BaseScheduler):
         return effective_level(r.level, now_s - r.arrival_s, self.tier(r), self.config.aging_enabled)
 
     def priority_key(self, r: Request, now_s: float) -> tuple:
-        """(effective level, 1, predicted remaining s); an overdue request (aging.py) is (level, 0, arrival)."""
-        waited = now_s - r.arrival_s
-        tier = self.tier(r)
-        enabled = self.config.aging_enabled
-        level = effective_level(r.level, waited, tier, enabled)
-        if enabled and is_overdue(r.level, waited, tier, enabled):
-            return (level, 0, r.arrival_s)
-        return (level, 1, self.remaining_s(r))
+        """``semantic_key`` with the predicted remaining seconds (the cost model's estimate)."""
+        return semantic_key(r.level, now_s - r.arrival_s, r.arrival_s, self.remaining_s(r), self.tier(r),
+                            self.config.aging_enabled)
 
     def advance_key(self, r: Request, key: tuple) -> tuple | None:
         if key[1] == 0 or r.refined_remaining_tokens is not None:

