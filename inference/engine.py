@@ -17,7 +17,9 @@ from typing import Protocol
 
 from inference.kv_store import KVLocation, KVStore
 from inference.model_runner import ModelRunner, RowInput
-from scheduler.decision import Decision, Preemption, PreemptionMode, Scheduler
+from scheduler.config import SchedulerConfig
+from scheduler.decision import Decision, KVUsage, Preemption, PreemptionMode, Scheduler
+from scheduler.policies import make_scheduler
 from scheduler.request import Request, Stage
 
 log = logging.getLogger("inference.engine")
@@ -273,9 +275,34 @@ class Engine:
         seq.text = text
         return delta
 
-    # --- conveniences -------------------------------------------------------------------------------
+    # --- what the worker reads and changes (inference.executor.Executor) --------------------------------
+    @property
+    def policy_name(self) -> str:
+        return self.scheduler.name
+
+    def running_ids(self) -> list[str]:
+        return list(self.runner.batch_ids)
+
+    def kv_usage(self) -> KVUsage:
+        return self.scheduler.kv_usage()
+
     def kv_tokens_on_device(self) -> int:
         return self.store.device_tokens() + sum(self.runner.cached_tokens(rid) for rid in self.runner.batch_ids)
+
+    def kv_tokens_on_host(self) -> int:
+        return self.store.host_tokens()
+
+    def reconfigure(self, config: SchedulerConfig) -> None:
+        """Apply new settings between iterations; a new policy takes over every live request."""
+        if config.policy != self.scheduler.name:
+            self.replace_scheduler(make_scheduler(config, self.scheduler.cost))
+        else:
+            self.scheduler.update_config(config)
+
+    def current_config(self) -> SchedulerConfig:
+        return self.scheduler.config
+
+    # --- conveniences -------------------------------------------------------------------------------
 
     def run_until_idle(self, max_steps: int = 1_000_000) -> dict[str, FinishedEvent]:
         """Step until the scheduler has no work; return every request's final event by id."""

@@ -13,6 +13,7 @@ pytest_plugins = [
         "tests.fixtures.predictors",
         "tests.fixtures.llm",
         "tests.fixtures.browser",
+        "tests.fixtures.vllm_servers",
     )
     if os.path.exists(os.path.join(os.path.dirname(__file__), "fixtures", p.rsplit(".", 1)[1] + ".py"))
 ]

@@ -292,6 +292,13 @@ TRIAGE = {
     "INFERENCE_BACKEND": os.environ.get("INFERENCE_BACKEND", "hf"),
     "INFERENCE_MODEL": os.environ.get("INFERENCE_MODEL", str(MODELS_DIR / "guidance-llm")),
     "INFERENCE_DEVICE": os.environ.get("INFERENCE_DEVICE", "cpu"),
+    # INFERENCE_BACKEND=vllm: the worker streams from these vLLM OpenAI-compatible servers (comma-separated),
+    # each started with our plug-in (docs/deploy.md); VLLM_POLICY says which policy they run.
+    "VLLM_URLS": [u.strip() for u in os.environ.get("VLLM_URLS", "http://127.0.0.1:8100").split(",") if u.strip()],
+    "VLLM_MODEL": os.environ.get("VLLM_MODEL", "guidance"),  # the servers' --served-model-name
+    "VLLM_POLICY": os.environ.get("VLLM_POLICY", "semantic"),
+    "VLLM_MAX_NUM_SEQS": _env_int("VLLM_MAX_NUM_SEQS", 32),
+    "VLLM_MAX_MODEL_LEN": _env_int("VLLM_MAX_MODEL_LEN", 512),
 }
 
 LOGGING = {

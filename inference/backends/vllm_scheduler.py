@@ -42,7 +42,7 @@ from vllm.v1.request import Request, RequestStatus
 from scheduler.config import TierPolicy
 from scheduler.policies.aging import next_aging_event_s
 from scheduler.policies.displacement import RunningCandidate, displacement_victims, preemption_allowed
-from scheduler.policies.semantic import semantic_key
+from scheduler.policies.semantic import semantic_token_key
 
 XARG_PREFIX = "triage_"
 _LEVEL_SHIFT, _FLAG_SHIFT = 50, 49
@@ -111,9 +111,8 @@ class SemanticVllmScheduler(Scheduler):
     # --- the semantic rules --------------------------------------------------------------------------------
     def key_of(self, request: Request, now: float) -> tuple[int, int, float]:
         call = self.calls[request.request_id]
-        remaining = max(0, call.predicted_tokens - request.num_output_tokens)
-        return semantic_key(call.level, now - call.accepted_at, call.accepted_at * 1000.0, remaining, call.tier,
-                            aging_enabled=call.tier.aging_step_s > 0)
+        return semantic_token_key(call.level, call.accepted_at, call.predicted_tokens, request.num_output_tokens,
+                                  call.tier, now)
 
     def _set_key(self, request: Request, now: float) -> None:
         key = self.key_of(request, now)

@@ -27,6 +27,15 @@ def semantic_key(level: int, waited_s: float, arrival_s: float, remaining: float
     return (aged, 1, remaining)
 
 
+def semantic_token_key(level: int, accepted_at: float, predicted_tokens: int, generated_tokens: int,
+                       tier: TierPolicy, now: float) -> tuple[int, int, float]:
+    """``semantic_key`` in tokens, for executors that know no cost model (vLLM): remaining = predicted minus
+    generated, arrival in milliseconds; aging is on where the tier has a step. O(1)."""
+    remaining = max(0, int(predicted_tokens) - int(generated_tokens))
+    return semantic_key(level, now - accepted_at, accepted_at * 1000.0, remaining, tier,
+                        aging_enabled=tier.aging_step_s > 0)
+
+
 class SemanticScheduler(BaseScheduler):
     name = "semantic"
     urgency_aware = True

@@ -11,18 +11,14 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
-import uuid
 from collections import Counter
-from dataclasses import dataclass
 
 import pytest
-from django.conf import settings as django_settings
 from django.utils import timezone
 
-from tests.fixtures.services import REPO_ROOT, WorkerProcess, database_url_for_test_db
+from tests.engine.worker_calls import TRANSCRIPTS, burst, statuses
+from tests.fixtures.services import WorkerProcess
 from triage import realtime
 from triage.models import ALLOWED_TRANSITIONS, Call, CallStatus
 from triage.redis_clients import get_redis
@@ -33,105 +29,6 @@ BURST = 24
 MAX_NEW_TOKENS = 48
 GROUP = "inference"
 IN_FLIGHT = (CallStatus.PREFILLING, CallStatus.DECODING, CallStatus.PREEMPTED)
-
-TRANSCRIPTS = [
-    "My husband just collapsed in the kitchen, he is not breathing and I cannot wake him.",
-    "I have a question about my prescription refill.",
-    "My son is choking on a piece of meat, he cannot cough or speak.",
-    "There is a lot of blood, my friend cut his arm on a window and it will not stop.",
-    "I have a small cut on my hand, it stopped bleeding.",
-    "My mother's face is drooping and her speech is slurred since ten minutes.",
-]
-
-
-@dataclass(frozen=True)
-class FixedPrediction:
-    """What the ESI classifier and length predictor would return (the triage service's input)."""
-
-    esi: int
-    probabilities: tuple[float, ...]
-    predicted_output_tokens: int
-    decision_point: str = "C"
-    reasons: tuple[str, ...] = ("C: fixed for the test",)
-    uncertain: bool = False
-    findings: tuple[str, ...] = ()
-    protocol: None = None  # no protocol selected: the assessment records none
-    patient_age: float | None = None
-
-
-@pytest.fixture
-def isolated_stream(settings):
-    """A stream and control channel of this test's own, in this process and in the worker processes."""
-    suffix = uuid.uuid4().hex[:8]
-    names = {"TRIAGE_INFERENCE_STREAM": f"test:inference:{suffix}", "TRIAGE_CONTROL_CHANNEL": f"test:control:{suffix}"}
-    settings.TRIAGE = {**django_settings.TRIAGE, "INFERENCE_STREAM": names["TRIAGE_INFERENCE_STREAM"],
-                       "CONTROL_CHANNEL": names["TRIAGE_CONTROL_CHANNEL"]}
-    yield names
-    get_redis().delete(names["TRIAGE_INFERENCE_STREAM"])
-
-
-@pytest.fixture
-def start_inference_worker(tiny_guidance_model, isolated_stream, transactional_db, tmp_path):
-    """Start `manage.py run_inference_worker` (the python process itself, no shell) on the test database."""
-    env = {
-        **os.environ,
-        **isolated_stream,
-        "DATABASE_URL": database_url_for_test_db(),
-        "REDIS_URL": django_settings.REDIS_URL,
-        "DATABASE_CONN_MAX_AGE": "0",
-        "TRIAGE_MODELS_DIR": str(tmp_path / "no-models"),  # no calibrated cost model: the preset
-        "TRIAGE_LOG_LEVEL": "INFO",
-        "TRIAGE_INFERENCE_NICE": "0",  # CPU priority is not what this test is about
-    }
-    started: list[WorkerProcess] = []
-
-    def start(consumer: str, *extra: str) -> WorkerProcess:
-        log_path = tmp_path / f"inference-{consumer}-{len(started)}.log"
-        argv = [sys.executable, str(REPO_ROOT / "manage.py"), "run_inference_worker", "--model",
-                str(tiny_guidance_model), "--device", "cpu", "--threads", "1", "--consumer", consumer,
-                "--max-new-tokens", str(MAX_NEW_TOKENS), *extra]
-        with open(log_path, "wb") as log:
-            process = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-        worker = WorkerProcess(process, log_path)
-        started.append(worker)
-        return worker
-
-    yield start
-    for worker in started:  # before the transactional teardown truncates the tables the workers use
-        if worker.process.poll() is None:
-            worker.process.send_signal(signal.SIGTERM)
-            try:
-                worker.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                worker.process.kill()
-                worker.process.wait()
-
-
-def _burst(n: int, monkeypatch) -> list[int]:
-    """n calls through intake and triage; the triage service appends their stream entries on commit."""
-    from triage.services import calls as call_services
-    from triage.services.assessments import calls_triage_record
-    from triage.services.calls import call_create
-
-    monkeypatch.setattr(call_services, "send_triage_task", lambda call_id: True)  # no Celery: triaged below
-    created = [
-        call_create(client=None, external_id=f"crash-{uuid.uuid4().hex[:10]}", received_at=timezone.now(),
-                    transcript=TRANSCRIPTS[i % len(TRANSCRIPTS)])[0]
-        for i in range(n)
-    ]
-    predictions = []
-    for i in range(n):
-        esi = 1 + i % 5
-        probabilities = tuple(0.8 if level == esi else 0.05 for level in range(1, 6))
-        predictions.append(FixedPrediction(esi=esi, probabilities=probabilities, predicted_output_tokens=32))
-    calls_triage_record(calls=created, predictions=predictions, model_version="test", latency_ms=1.0)
-    ids = [c.pk for c in created]
-    get_redis().delete(*[realtime.token_stream_key(i) for i in ids])
-    return ids
-
-
-def _statuses(ids: list[int]) -> dict[int, str]:
-    return dict(Call.objects.filter(pk__in=ids).values_list("pk", "status"))
 
 
 def _wait_for(predicate, timeout_s: float, what: str, worker: WorkerProcess, step_s: float = 0.02):
@@ -173,15 +70,15 @@ def test_sigkill_mid_burst_then_restart_loses_no_call_and_regenerates_none_alrea
     consumer, restart_args = RESTARTS[restart]
     stream = isolated_stream["TRIAGE_INFERENCE_STREAM"]
     r = get_redis()
-    ids = _burst(BURST, monkeypatch)
+    ids = burst(BURST, monkeypatch)
     entries = r.xrange(stream)
     assert sorted(int(f[b"call_id"]) for _, f in entries) == sorted(ids)  # one entry per call, on the stream
-    assert set(_statuses(ids).values()) == {CallStatus.QUEUED}
+    assert set(statuses(ids).values()) == {CallStatus.QUEUED}
 
     first = start_inference_worker("first", *(restart_args if restart == "new-consumer-early" else ()))
 
     def mid_burst() -> bool:
-        counts = Counter(_statuses(ids).values())
+        counts = Counter(statuses(ids).values())
         return counts[CallStatus.DONE] >= 2 and sum(counts[s] for s in IN_FLIGHT) >= 2
 
     _wait_for(mid_burst, 60, "some calls done and some mid-generation", first, step_s=0.01)
@@ -189,7 +86,7 @@ def test_sigkill_mid_burst_then_restart_loses_no_call_and_regenerates_none_alrea
     assert first.process.wait(timeout=10) == -signal.SIGKILL
     time.sleep(0.3)  # a COMMIT the worker had already sent is finished by its PostgreSQL backend
 
-    at_kill = _statuses(ids)
+    at_kill = statuses(ids)
     stored_before = {i for i, s in at_kill.items() if s == CallStatus.DONE}
     unfinished = {i for i, s in at_kill.items() if s != CallStatus.DONE}
     assert stored_before and unfinished and any(s in IN_FLIGHT for s in at_kill.values())
@@ -198,7 +95,7 @@ def test_sigkill_mid_burst_then_restart_loses_no_call_and_regenerates_none_alrea
     assert pending["pending"] >= len(unfinished)  # the dead worker's unacknowledged entries
 
     second = start_inference_worker(consumer, *restart_args)
-    _wait_for(lambda: set(_statuses(ids).values()) == {CallStatus.DONE}, 60, "every call done", second, step_s=0.1)
+    _wait_for(lambda: set(statuses(ids).values()) == {CallStatus.DONE}, 60, "every call done", second, step_s=0.1)
     _wait_for(lambda: r.xpending(stream, GROUP)["pending"] == 0, 10, "every entry acknowledged", second)
 
     # Nothing lost: every call done with its guidance, one stream entry per call, all acknowledged.

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import redis
 from django.db import close_old_connections, connection
 
-from inference.engine import Engine
+from inference.executor import Executor
 from inference.guidance.follow import GuidanceFollower
 from triage.selectors.calls import GenerationInput, calls_generation_input
 from triage.services.recovery import calls_restream_if_lost
@@ -75,7 +75,7 @@ class StreamIntake:
     """Reads the stream into the engine; remembers which entries belong to which call until they are
     acknowledged (``take_entries``)."""
 
-    def __init__(self, engine: Engine, client: redis.Redis, options: WorkerOptions, guidance: GuidanceFollower,
+    def __init__(self, engine: Executor, client: redis.Redis, options: WorkerOptions, guidance: GuidanceFollower,
                  wake: Callable[[], None]) -> None:
         self.engine, self.redis, self.opts, self.guidance, self._wake = engine, client, options, guidance, wake
         self._entries: dict[int, list[str]] = defaultdict(list)  # call id -> stream entry ids to acknowledge

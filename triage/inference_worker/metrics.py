@@ -15,7 +15,7 @@ import redis
 from prometheus_client import CollectorRegistry, Histogram, generate_latest, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from inference.engine import Engine
+from inference.executor import Executor
 from inference.guidance.follow import GuidanceFollower
 from triage.redis_clients import ENGINE_METRICS_KEY
 
@@ -29,7 +29,7 @@ LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
 
 
 class WorkerMetrics:
-    def __init__(self, engine: Engine, stats: Counter[str], guidance: GuidanceFollower, worker: str = "") -> None:
+    def __init__(self, engine: Executor, stats: Counter[str], guidance: GuidanceFollower, worker: str = "") -> None:
         self.engine, self.stats, self.guidance = engine, stats, guidance
         self._started_at = time.time()
         self._tokens_window: list[tuple[float, int]] = []
@@ -52,9 +52,9 @@ class WorkerMetrics:
         now = time.time()
         self._tokens_window = [(t, n) for t, n in self._tokens_window if now - t <= TOKENS_PER_S_WINDOW_S]
         span = max(1e-6, min(TOKENS_PER_S_WINDOW_S, now - self._started_at))
-        kv = self.engine.scheduler.kv_usage()
+        kv = self.engine.kv_usage()
         used, capacity = kv.used_blocks, kv.capacity_blocks or 1
-        running = set(self.engine.runner.batch_ids)
+        running = set(self.engine.running_ids())
         depth: Counter[int] = Counter()
         for seq in list(self.engine.sequences.values()):
             if seq.request.id not in running:
@@ -69,7 +69,7 @@ class WorkerMetrics:
             "kv_capacity_blocks": capacity,
             "kv_use": round(used / capacity, 4),
             "kv_tokens_device": self.engine.kv_tokens_on_device(),
-            "kv_tokens_host": self.engine.store.host_tokens(),
+            "kv_tokens_host": self.engine.kv_tokens_on_host(),
             "preemptions": preemptions,
             "preemptions_total": sum(preemptions.values()),
             "tokens_total": self.stats["tokens"],

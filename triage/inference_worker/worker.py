@@ -11,10 +11,10 @@ from collections import Counter
 import redis
 from django.db import close_old_connections, connection
 
-from inference.engine import Engine, StepResult
+from inference.engine import StepResult
+from inference.executor import Executor
 from inference.guidance.follow import GuidanceFollower
 from inference.guidance.similarity import sentence_similarity
-from scheduler.policies import make_scheduler
 from triage.selectors.calls import calls_generation_input
 from triage.services import generation
 
@@ -28,7 +28,7 @@ __all__ = ["InferenceWorker", "WorkerOptions"]
 
 
 class InferenceWorker:
-    def __init__(self, engine: Engine, client: redis.Redis, options: WorkerOptions) -> None:
+    def __init__(self, engine: Executor, client: redis.Redis, options: WorkerOptions) -> None:
         self.engine = engine
         self.redis = client
         self.opts = options
@@ -170,15 +170,12 @@ class InferenceWorker:
 
     def _apply_config(self) -> None:
         """Apply the stored settings between iterations; a new policy takes over every live request."""
-        scheduler = self.engine.scheduler
         close_old_connections()
-        config = generation.scheduler_config_load(base=scheduler.config)
-        if config.policy != scheduler.name:
-            successor = make_scheduler(config, scheduler.cost)
-            self.engine.replace_scheduler(successor)
-            log.info("scheduling policy switched from %s to %s", scheduler.name, successor.name)
-        else:
-            scheduler.update_config(config)
+        before = self.engine.policy_name
+        config = generation.scheduler_config_load(base=self.engine.current_config())
+        self.engine.reconfigure(config)
+        if self.engine.policy_name != before:
+            log.info("scheduling policy switched from %s to %s", before, self.engine.policy_name)
         self._apply_guard_mode()
         log.info(
             "scheduler configuration reloaded: policy=%s batch_size=%d stage_merge=%s lower_prefill_share=%g eviction=%s",

@@ -40,13 +40,24 @@ def build_engine(model: str, device: str, policy: str | None, max_new_tokens: in
     return backend.make_engine(scheduler, max_new_tokens=max_new_tokens, refiner=refiner)
 
 
+def build_vllm_pool(policy: str | None, max_new_tokens: int):  # noqa: ANN201 - VllmPool
+    """The vLLM servers of VLLM_URLS as the worker's executor; the tier rules come from the stored settings."""
+    from inference.backends.vllm_pool import VllmPool
+
+    t = settings.TRIAGE
+    return VllmPool(t["VLLM_URLS"], model=t["VLLM_MODEL"], policy=policy or t["VLLM_POLICY"],
+                    capacity=t["VLLM_MAX_NUM_SEQS"], max_new_tokens=max_new_tokens,
+                    max_model_len=t["VLLM_MAX_MODEL_LEN"], config=scheduler_config_load())
+
+
 class Command(BaseCommand):
     help = "Read inference requests from the Redis stream, generate guidance, stream tokens, store results."
 
     def add_arguments(self, parser):  # noqa: ANN001
         parser.add_argument("--model", default=settings.TRIAGE["INFERENCE_MODEL"])
         parser.add_argument("--device", default=settings.TRIAGE["INFERENCE_DEVICE"])
-        parser.add_argument("--policy", default=None, help="override SchedulerSettings.policy (loadtest)")
+        parser.add_argument("--policy", default=None,
+                            help="override SchedulerSettings.policy, or VLLM_POLICY with INFERENCE_BACKEND=vllm (loadtest)")
         parser.add_argument(
             "--consumer", default=os.environ.get("TRIAGE_INFERENCE_CONSUMER", socket.gethostname()),
             help="consumer name in the stream group; a restart under the same name resumes its pending entries at once",
@@ -72,13 +83,15 @@ class Command(BaseCommand):
 
     def handle(self, *args, **opts) -> None:  # noqa: ANN002, ANN003
         backend = settings.TRIAGE["INFERENCE_BACKEND"]
-        if backend != "hf":
-            raise SystemExit(f"INFERENCE_BACKEND={backend}: this worker drives the transformers engine; the vLLM "
-                             "backend (inference/backends/vllm.py) runs in the GPU image")
+        if backend not in ("hf", "vllm"):
+            raise SystemExit(f"INFERENCE_BACKEND={backend}: expected hf or vllm")
         if opts["nice"]:
             os.nice(opts["nice"])
         torch.set_num_threads(opts["threads"])
-        engine = build_engine(opts["model"], opts["device"], opts["policy"], opts["max_new_tokens"])
+        if backend == "vllm":
+            engine = build_vllm_pool(opts["policy"], opts["max_new_tokens"])
+        else:
+            engine = build_engine(opts["model"], opts["device"], opts["policy"], opts["max_new_tokens"])
         worker = InferenceWorker(engine, get_redis(), WorkerOptions(
             stream=settings.TRIAGE["INFERENCE_STREAM"], group=settings.TRIAGE["INFERENCE_GROUP"],
             consumer=opts["consumer"], control_channel=settings.TRIAGE["CONTROL_CHANNEL"],
@@ -88,6 +101,6 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
         signal.signal(signal.SIGINT, lambda *_: worker.request_stop())
         worker.start()
-        self.stdout.write(f"inference worker {opts['consumer']} running ({engine.scheduler.name}, {opts['model']})")
+        self.stdout.write(f"inference worker {opts['consumer']} running ({engine.policy_name}, {opts['model']})")
         worker.run()
         self.stdout.write(f"inference worker stopped: {dict(worker.stats)}")

@@ -1,0 +1,66 @@
+"""The inference worker as a client of vLLM servers (INFERENCE_BACKEND=vllm): real `manage.py
+run_inference_worker` and real vLLM servers running our plug-in, calls put on the stream by the triage
+service. Killing one of two replicas mid-burst loses no call: its calls are resubmitted to the other."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+
+import pytest
+
+from tests.engine.worker_calls import burst, statuses
+from triage.models import AuditEvent, Call, CallStatus
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+
+IN_FLIGHT = (CallStatus.PREFILLING, CallStatus.DECODING, CallStatus.PREEMPTED)
+
+
+def _wait_for(predicate, timeout_s: float, what: str, log) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}\n--- worker log ---\n{log()[-4000:]}")
+        time.sleep(0.05)
+
+
+def _vllm_env(servers) -> dict[str, str]:  # noqa: ANN001
+    return {"INFERENCE_BACKEND": "vllm", "VLLM_URLS": ",".join(s.url for s in servers), "VLLM_MAX_NUM_SEQS": "2"}
+
+
+@pytest.fixture(scope="module")
+def replicas(vllm_servers):  # noqa: ANN201
+    return vllm_servers(2, max_num_seqs=2)
+
+
+def test_the_worker_streams_guidance_from_vllm_and_stores_each_call_once(replicas, start_inference_worker,
+                                                                       monkeypatch):
+    ids = burst(6, monkeypatch)
+    worker = start_inference_worker("vllm-one", extra_env=_vllm_env(replicas))
+    _wait_for(lambda: set(statuses(ids).values()) == {CallStatus.DONE}, 90, "every call done", worker.log)
+    calls = Call.objects.filter(pk__in=ids)
+    assert all(c.guidance and c.output_tokens > 0 for c in calls)
+    done = Counter(AuditEvent.objects.filter(call_id__in=ids, to_status=CallStatus.DONE).values_list("call_id", flat=True))
+    assert set(done.values()) == {1}
+    assert "vllm-semantic" in worker.log()
+
+
+def test_killing_one_of_two_vllm_replicas_mid_burst_loses_no_call(replicas, start_inference_worker, monkeypatch):
+    a, b = replicas  # the module's last test: it kills b
+    ids = burst(30, monkeypatch, predicted_output_tokens=120)
+    worker = start_inference_worker("vllm-two", extra_env=_vllm_env([a, b]), max_new_tokens=160)
+
+    def mid_burst() -> bool:
+        counts = Counter(statuses(ids).values())
+        return counts[CallStatus.DONE] >= 2 and sum(counts[s] for s in IN_FLIGHT) >= 2
+
+    _wait_for(mid_burst, 90, "some calls done and some mid-generation", worker.log)
+    b.stop(signal.SIGKILL)
+    _wait_for(lambda: set(statuses(ids).values()) == {CallStatus.DONE}, 180, "every call done", worker.log)
+    assert "failed; its calls go back to the queue" in worker.log()
+    calls = Call.objects.filter(pk__in=ids)
+    assert all(c.guidance and c.output_tokens > 0 for c in calls)
+    done = Counter(AuditEvent.objects.filter(call_id__in=ids, to_status=CallStatus.DONE).values_list("call_id", flat=True))
+    assert set(done.values()) == {1}  # each call stored once
