@@ -22,6 +22,12 @@ FIRST_TOKEN_WEIGHT = 4.0
 LEVEL_KEYS = tuple(str(level) for level in ESI_LEVELS)
 
 
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The linearly interpolated ``q``-th percentile (0..100) of ``values``; None for none. The one definition
+    the simulator, the load test and the board use. O(n log n)."""
+    return float(np.percentile(values, q)) if len(values) else None
+
+
 @dataclass(frozen=True)
 class RequestOutcome:
     esi: int  # true level
@@ -66,7 +72,7 @@ def summarise(outcomes: Sequence[RequestOutcome]) -> dict[str, float]:
                   ttft_target_s=o.ttft_target_s, e2e_target_s=o.e2e_target_s)
         for o in outcomes
     ]
-    p = np.percentile
+    p = percentile
     return {
         "count": len(outcomes),
         "wait_mean": _round(wait.mean()),

@@ -29,7 +29,7 @@ def server_argv(model: str, port: int, *, policy: str = "semantic", max_num_seqs
     argv = [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", model,
             "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
             "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs), "--enforce-eager",
-            "--scheduling-policy", "fcfs" if policy == "fcfs" else "priority", "--disable-log-stats"]
+            "--scheduling-policy", "fcfs" if policy == "fcfs" else "priority"]
     if policy == "semantic":
         argv += ["--scheduler-cls", PLUGIN]
     return argv

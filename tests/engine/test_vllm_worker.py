@@ -47,6 +47,29 @@ def test_the_worker_streams_guidance_from_vllm_and_stores_each_call_once(replica
     assert "vllm-semantic" in worker.log()
 
 
+def test_calls_cancelled_mid_burst_are_aborted_and_never_stored_as_done(replicas, start_inference_worker,
+                                                                       monkeypatch):
+    from triage.services.calls import call_cancel
+
+    ids = burst(20, monkeypatch, predicted_output_tokens=120)
+    worker = start_inference_worker("vllm-cancel", extra_env=_vllm_env(replicas), max_new_tokens=160)
+    _wait_for(lambda: Counter(statuses(ids).values())[CallStatus.DECODING] >= 1, 90, "a call decoding", worker.log)
+    current = statuses(ids)
+    chosen = [i for i in ids if current[i] == CallStatus.DECODING][:1] + \
+             [i for i in reversed(ids) if current[i] == CallStatus.QUEUED][:3]
+    cancelled = []
+    for call_id in chosen:
+        call = Call.objects.get(pk=call_id)
+        if call.status not in (CallStatus.DONE, CallStatus.CANCELLED):
+            call_cancel(call=call, actor="system:test", reason="test")
+            cancelled.append(call_id)
+    others = [i for i in ids if i not in cancelled]
+    _wait_for(lambda: {statuses(others)[i] for i in others} == {CallStatus.DONE}, 120, "the others done", worker.log)
+    assert {statuses(cancelled)[i] for i in cancelled} == {CallStatus.CANCELLED}
+    assert not AuditEvent.objects.filter(call_id__in=cancelled, to_status=CallStatus.DONE).exists()
+    assert len(cancelled) >= 2
+
+
 def test_killing_one_of_two_vllm_replicas_mid_burst_loses_no_call(replicas, start_inference_worker, monkeypatch):
     a, b = replicas  # the module's last test: it kills b
     ids = burst(30, monkeypatch, predicted_output_tokens=120)

@@ -9,7 +9,6 @@ closed calls leave the board and remain searchable.
 from __future__ import annotations
 
 import datetime as dt
-import math
 import time
 from collections.abc import Iterable, Sequence
 
@@ -18,7 +17,7 @@ from django.utils import timezone
 
 from inference.guidance.library import UNCLEAR, ProtocolLibrary, load_library
 from scheduler.config import ESI_LEVELS, SchedulerConfig
-from scheduler.metrics import meets_slo, slo_attainment, slo_targets
+from scheduler.metrics import meets_slo, percentile, slo_attainment, slo_targets
 from scheduler.policies.aging import effective_level, level_changes
 from triage.models import (
     ACTIVE_STATUSES,
@@ -200,16 +199,6 @@ def queue_snapshot(*, with_metrics: bool = True) -> dict:
 
 
 # --- metrics -------------------------------------------------------------------------------------
-
-
-def percentile(values: Sequence[float], q: float) -> float | None:
-    """Linear-interpolated percentile (q in 0..100) of ``values``; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100.0
-    lo, hi = math.floor(rank), math.ceil(rank)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (rank - lo)
 
 
 def _summary(values: Sequence[float]) -> dict:

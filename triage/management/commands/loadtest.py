@@ -19,7 +19,6 @@ classified (`triage_p50`) and queued -> first token (`queued_to_first_token_p50`
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import signal
@@ -34,6 +33,8 @@ from urllib import request as urlrequest
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
+
+from scheduler.metrics import percentile
 
 CORPUS = Path(settings.BASE_DIR) / "fixtures" / "calls" / "calls.jsonl"
 LOADTEST_ACTOR = "system:loadtest"
@@ -53,15 +54,6 @@ def load_trace(path: Path, n: int, pattern: str, rate: float, seed: int) -> list
     return list(zip(offsets, picked, strict=True))
 
 
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    s = sorted(values)
-    k = (len(s) - 1) * q
-    lo, hi = math.floor(k), math.ceil(k)
-    return round(s[lo] + (s[hi] - s[lo]) * (k - lo), 4)
-
-
 def summarise(policy: str, call_ids: list[int]) -> dict:
     from triage.models import ESI_LEVELS, AuditEvent, Call
 
@@ -76,10 +68,10 @@ def summarise(policy: str, call_ids: list[int]) -> dict:
         triage = [(c.triaged_at - c.created_at).total_seconds() for c in group if c.triaged_at]
         engine = [(c.first_token_at - c.queued_at).total_seconds() for c in group if c.queued_at]
         by_esi[str(level)] = {
-            "count": len(group), "ttft_p50": percentile(ttft, 0.5), "ttft_p99": percentile(ttft, 0.99),
-            "e2e_p50": percentile(e2e, 0.5), "e2e_p99": percentile(e2e, 0.99),
+            "count": len(group), "ttft_p50": _p(ttft, 50), "ttft_p99": _p(ttft, 99),
+            "e2e_p50": _p(e2e, 50), "e2e_p99": _p(e2e, 99),
             "normalized_wait_mean": round(sum(norm) / len(norm), 4) if norm else None,
-            "triage_p50": percentile(triage, 0.5), "queued_to_first_token_p50": percentile(engine, 0.5),
+            "triage_p50": _p(triage, 50), "queued_to_first_token_p50": _p(engine, 50),
         }
     preemptions = {"swap": 0, "recompute": 0, "partial": 0}
     for data in AuditEvent.objects.filter(call_id__in=call_ids, action="call.preempted").values_list("data", flat=True):
@@ -115,8 +107,9 @@ class Command(BaseCommand):
                             help="our embedded engine, or vLLM servers started per policy (policies: semantic = "
                                  "our plug-in, priority and fcfs = vLLM's own)")
         parser.add_argument("--replicas", type=int, default=1, help="vLLM servers (--backend vllm)")
-        parser.add_argument("--model", default=settings.TRIAGE["INFERENCE_MODEL"],
-                            help="the LLM (e.g. models/load-smollm2 from `build_models --load-model`)")
+        parser.add_argument("--model", default=None,
+                            help="the LLM (default INFERENCE_MODEL; e.g. models/load-smollm2 from "
+                                 "`build_models --load-model`)")
         parser.add_argument("--max-new-tokens", type=int, default=384)
         parser.add_argument("--max-num-seqs", type=int, default=settings.TRIAGE["VLLM_MAX_NUM_SEQS"],
                             help="each vLLM server's batch (--backend vllm)")
@@ -182,13 +175,15 @@ class Command(BaseCommand):
                 urls = self._start_vllm(stack, policy, o) if vllm else []
                 stack.start_celery(beat=False)
                 started = time.time()
-                stack.start_inference(["--policy", policy, "--consumer", f"loadtest-{policy}", "--model", o["model"],
-                                       "--max-new-tokens", str(o["max_new_tokens"])])
+                stack.start_inference(["--policy", policy, "--consumer", f"loadtest-{policy}",
+                                       "--max-new-tokens", str(o["max_new_tokens"]),
+                                       *(["--model", o["model"]] if o["model"] else [])])
                 _wait_for_engine(started, timeout_s=180.0)
                 ids = self._replay(f"http://127.0.0.1:{port}", token, trace, o["timeout"])
                 label = f"vllm-{policy}" if vllm else policy
                 results.append(summarise(label, ids))
-                results[-1].update(backend=o["backend"], replicas=len(urls) or 1, model=o["model"])
+                results[-1].update(backend=o["backend"], replicas=len(urls) or 1,
+                                   model=o["model"] or env.get("INFERENCE_MODEL", settings.TRIAGE["INFERENCE_MODEL"]))
                 if vllm:
                     results[-1]["preemptions"]["vllm"] = _vllm_preemptions(urls)
                 self.stderr.write(f"{label}: {results[-1]['completed']}/{len(ids)} calls done")
@@ -201,7 +196,8 @@ class Command(BaseCommand):
 
     def _start_vllm(self, stack, policy: str, o: dict) -> list[str]:  # noqa: ANN001
         """``--replicas`` vLLM servers running ``policy`` (ours: the plug-in); the worker is pointed at them."""
-        urls = stack.start_vllm(o["model"], replicas=o["replicas"], policy=policy, max_num_seqs=o["max_num_seqs"],
+        model = o["model"] or stack.env.get("INFERENCE_MODEL", settings.TRIAGE["INFERENCE_MODEL"])
+        urls = stack.start_vllm(model, replicas=o["replicas"], policy=policy, max_num_seqs=o["max_num_seqs"],
                                 served_name=settings.TRIAGE["VLLM_MODEL"],
                                 max_model_len=settings.TRIAGE["VLLM_MAX_MODEL_LEN"])
         stack.env = dict(stack.env, INFERENCE_BACKEND="vllm", VLLM_URLS=",".join(urls),
@@ -284,6 +280,11 @@ def _wait_for_engine(since: float, timeout_s: float) -> None:
             return
         time.sleep(0.5)
     raise CommandError(f"the inference worker did not come up within {timeout_s:.0f} s (see var/logs/loadtest/)")
+
+
+def _p(values: list[float], q: float) -> float | None:
+    value = percentile(values, q)
+    return None if value is None else round(value, 4)
 
 
 def _f(x: float | None) -> str:
