@@ -83,7 +83,7 @@ class VllmPool:
     model: str
     policy: str = "semantic"
     capacity: int = 32  # each server's --max-num-seqs
-    queue_ahead: int = 4  # calls a server may hold beyond its capacity (semantic mode)
+    queue_ahead: int = 4  # calls a single server may hold beyond its capacity (semantic mode)
     max_new_tokens: int = 384
     max_model_len: int = 512
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -195,8 +195,10 @@ class VllmPool:
                     self._submit(rid, min(held, key=held.get))
             return
         keys = {rid: self.key(self.sequences[rid], now) for rid in self._waiting}
-        states = {r.name: ReplicaState(r.name, self.capacity, [], self.queue_ahead, up=r.up)
-                  for r in self.replicas.values()}
+        # Calls queued ahead at one server do not move when another frees up: with several replicas a call is
+        # submitted only where it starts now (a single server's queue ahead keeps its batch fed).
+        ahead = self.queue_ahead if len(self.replicas) == 1 else 0
+        states = {r.name: ReplicaState(r.name, self.capacity, [], ahead, up=r.up) for r in self.replicas.values()}
         for seq in self.sequences.values():
             if seq.replica in states:
                 states[seq.replica].keys.append(self.key(seq, now))
@@ -310,7 +312,8 @@ class VllmPool:
         else:  # lost with its replica, or closed to be resubmitted: back to the global queue, as a continuation
             if event.kind == "lost":
                 self._replica_down(seq.replica)
-            result.preempted.append((rid, PreemptionMode.DROP, seq.tokens))
+            if seq.tokens:  # a call that had not started is not a preemption
+                result.preempted.append((rid, PreemptionMode.DROP, seq.tokens))
             seq.replica, seq.connection, seq.stop = None, None, ""
             self._waiting.append(rid)
             self.resubmissions += 1
