@@ -186,13 +186,16 @@ class VllmPool:
         now = time.time()
         up = [r for r in self.replicas.values() if r.up]
         if self.policy != "semantic":  # the stock deployment: everything to the least loaded server, at once
+            if not up:
+                return
+            held = {r.name: 0 for r in up}
+            for seq in self.sequences.values():
+                if seq.replica in held:
+                    held[seq.replica] += 1
             for rid in list(self._waiting):
-                if up:
-                    held = {r.name: 0 for r in up}
-                    for seq in self.sequences.values():
-                        if seq.replica in held:
-                            held[seq.replica] += 1
-                    self._submit(rid, min(held, key=held.get))
+                replica = min(held, key=held.get)
+                self._submit(rid, replica)
+                held[replica] += 1
             return
         keys = {rid: self.key(self.sequences[rid], now) for rid in self._waiting}
         # Calls queued ahead at one server do not move when another frees up: with several replicas a call is
