@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from inference.guidance.read_out import ReadOutConstraint
 from inference.kv_store import KVLocation, KVStore
 from inference.model_runner import ModelRunner, RowInput
 from scheduler.config import SchedulerConfig
@@ -53,6 +54,7 @@ class Sequence:
     prompt_len: int
     max_new_tokens: int
     text: str = ""
+    read_out: ReadOutConstraint | None = None  # the output may only be these sentences (strict guidance)
 
     @property
     def output_ids(self) -> list[int]:
@@ -128,7 +130,10 @@ class Engine:
         arrival_s: float | None = None,
         max_new_tokens: int | None = None,
         payload: dict | None = None,
+        read_out: Iterable[str] | None = None,
     ) -> Request:
+        """Queue a request. ``read_out``: the sentences its output may consist of (each whole, at most once, then
+        EOS); every other token is masked (``inference.guidance.read_out``)."""
         ids = self.codec.encode(prompt) if isinstance(prompt, str) else list(prompt)
         max_new = max_new_tokens or self.max_new_tokens
         # Leave room for at least MIN_OUTPUT_ROOM tokens of guidance (generation also stops at max_positions);
@@ -145,7 +150,10 @@ class Engine:
             predicted_output_tokens=max(1, int(predicted_output_tokens)),
             payload=payload or {},
         )
-        self.sequences[request_id] = Sequence(request, ids, len(ids), max_new)
+        constraint = None
+        if read_out is not None:
+            constraint = ReadOutConstraint.from_text(list(read_out), self.codec.encode, self.codec.eos_token_id)
+        self.sequences[request_id] = Sequence(request, ids, len(ids), max_new, read_out=constraint)
         self.scheduler.submit(request)
         return request
 
@@ -218,12 +226,15 @@ class Engine:
             seq = self.sequences[r.id]
             if r.generated_tokens == 0 and r.preemptions == 0 and self.runner.cached_tokens(r.id) == 0:
                 result.started_ids.append(r.id)
-            rows.append(RowInput(r.id, seq.token_ids[self.runner.cached_tokens(r.id) :]))
+            allowed = seq.read_out.allowed() if seq.read_out is not None else None
+            rows.append(RowInput(r.id, seq.token_ids[self.runner.cached_tokens(r.id) :], allowed))
         outputs = self.runner.step(rows)
         finished_ids: list[str] = []
         for out in outputs:
             seq = self.sequences[out.request_id]
             seq.token_ids.append(out.next_token_id)
+            if seq.read_out is not None:
+                seq.read_out.advance(out.next_token_id)
             index = len(seq.token_ids) - seq.prompt_len - 1
             reason = None
             if out.next_token_id == self.codec.eos_token_id:
@@ -276,6 +287,8 @@ class Engine:
         return delta
 
     # --- what the worker reads and changes (inference.executor.Executor) --------------------------------
+    constrains_read_out = True  # add_request's read_out is enforced token by token
+
     @property
     def policy_name(self) -> str:
         return self.scheduler.name

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Protocol
 
 from inference.engine import StepResult
@@ -18,12 +18,16 @@ class LiveSequence(Protocol):
 
 class Executor(Protocol):
     sequences: Mapping[str, LiveSequence]  # every live request by id: waiting, running or paused
+    # Whether ``add_request(read_out=...)`` holds the output to those sentences; where not, only the stream
+    # guard holds it (the worker passes read_out only where it is enforced).
+    constrains_read_out: bool
 
     @property
     def policy_name(self) -> str: ...
 
     def add_request(self, request_id: str, prompt: str, *, level: int, predicted_output_tokens: int,
-                    tier: str | None = None, arrival_s: float | None = None) -> Request: ...
+                    tier: str | None = None, arrival_s: float | None = None,
+                    read_out: Iterable[str] | None = None) -> Request: ...
 
     def cancel(self, request_id: str) -> None: ...
 

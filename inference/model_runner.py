@@ -29,6 +29,7 @@ from inference.kv_store import KVStore
 class RowInput:
     request_id: str
     new_token_ids: list[int]  # the tokens whose KV this request lacks, oldest first (at least one)
+    allowed: Sequence[int] | None = None  # the only token ids the next one may be (a constrained read-out)
 
 
 @dataclass
@@ -156,7 +157,7 @@ class ModelRunner:
         long_rows = [r for r in rows if len(r.new_token_ids) > 1]
         if long_rows and len(long_rows) < len(rows):
             self._prefill_apart([RowInput(r.request_id, r.new_token_ids[:-1]) for r in long_rows])
-            rows = [RowInput(r.request_id, r.new_token_ids[-1:]) for r in rows]
+            rows = [RowInput(r.request_id, r.new_token_ids[-1:], r.allowed) for r in rows]
         return self._forward(rows)
 
     def _prefill_apart(self, rows: list[RowInput]) -> None:
@@ -204,7 +205,7 @@ class ModelRunner:
             logits_to_keep=1,
             output_hidden_states=self.probe_layer is not None,
         )
-        next_ids = out.logits[:, -1, :].argmax(-1).tolist()
+        next_ids = _greedy(out.logits[:, -1, :], [r.allowed for r in rows])
         layers = [(layer.keys, layer.values) for layer in cache.layers]
         if new_width > 1 and not bool(new_mask.all()):
             # Padded query positions may hold garbage (even NaN, from fully masked rows); zero their KV so that
@@ -221,3 +222,17 @@ class ModelRunner:
             RowOutput(r.request_id, int(next_ids[i]), None if hidden is None else hidden[i])
             for i, r in enumerate(rows)
         ]
+
+
+def _greedy(logits: torch.Tensor, allowed: Sequence[Sequence[int] | None]) -> list[int]:
+    """Each row's most likely next token, among its allowed ones where it has a constraint."""
+    if any(a is not None for a in allowed):
+        masked = torch.full_like(logits, float("-inf"))
+        for row, ids in enumerate(allowed):
+            if ids is None:
+                masked[row] = logits[row]
+            else:
+                keep = torch.tensor(list(ids), dtype=torch.long, device=logits.device)
+                masked[row, keep] = logits[row, keep]
+        logits = masked
+    return logits.argmax(-1).tolist()

@@ -27,8 +27,9 @@ import socket
 import threading
 import time
 import urllib.parse
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from inference.engine import FinishedEvent, StepResult, TokenEvent
 from scheduler.config import SchedulerConfig
@@ -90,6 +91,7 @@ class VllmPool:
     tick_s: float = 0.02
     connect_timeout_s: float = 5.0
     sequences: dict[str, PoolSequence] = field(default_factory=dict)
+    constrains_read_out: ClassVar[bool] = False  # the stream guard holds the servers' text
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -110,7 +112,9 @@ class VllmPool:
 
     def add_request(self, request_id: str, prompt: str, *, level: int, predicted_output_tokens: int,
                     tier: str | None = None, arrival_s: float | None = None,
-                    max_new_tokens: int | None = None) -> Request:
+                    max_new_tokens: int | None = None, read_out: Iterable[str] | None = None) -> Request:
+        if read_out is not None:
+            raise ValueError("read_out: the vLLM servers' output is held by the stream guard, not constrained")
         request = Request(id=request_id, level=level, tier=tier,
                           arrival_s=time.time() if arrival_s is None else arrival_s, prompt_tokens=0,
                           predicted_output_tokens=max(1, int(predicted_output_tokens)))

@@ -32,10 +32,17 @@ class GuidanceFollower:
         self._regenerating: set[str] = set()
         self._lock = threading.Lock()
         self.off_protocol_total = 0  # sentences flagged since start (metrics)
+        self.strict = threshold is None
 
     def use_similarity(self, similarity: Similarity | None, threshold: float | None) -> None:
         """Strict matching (None) or a similarity threshold, for the calls admitted from now on."""
         self._guards = StreamGuards(similarity, threshold, started=self._guards)
+        self.strict = threshold is None
+
+    def read_out(self, plan: GuidancePlan | None) -> tuple[str, ...] | None:
+        """The sentences a call's output is held to while generating: its plan's, under strict matching (the
+        guard would accept nothing else); None with a similarity threshold (the model may reword) or no plan."""
+        return plan.sentences if plan is not None and self.strict else None
 
     def admitted(self, request_id: str, plan: GuidancePlan | None, generation: int) -> None:
         """A call entered the engine to be generated under ``plan`` (None: not guarded)."""

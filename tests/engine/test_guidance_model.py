@@ -125,3 +125,26 @@ def test_full_model_reads_out_the_protocol_of_calls_it_never_saw(full_guidance_m
         guard.feed(text)
         guard.finish()
         assert guard.off_protocol == 0 and follows_plan(text, plan), (r["id"], text[:160])
+
+
+def test_a_constrained_read_out_holds_the_output_to_the_plans_sentences_even_against_the_prompt(tiny_backend):
+    """The worker's strict mode: every token is held to the plan, so the guard can find nothing off it. Here
+    the prompt carries another protocol's text, which the model would read out unconstrained."""
+    library = load_library()
+    record = next(r for r in example_records() if r["protocol"] == "cardiac_arrest")
+    other = record_plan({**record, "protocol": "medication_question", "esi": 5}, library)
+    scheduler = make_scheduler(SchedulerConfig(policy="fcfs", batch_size=4), PRESETS["a100-4b"])
+    engine = tiny_backend.make_engine(scheduler, max_new_tokens=384)
+    engine.add_request("free", record_prompt(record), level=1, predicted_output_tokens=64)
+    engine.add_request("held", record_prompt(record), level=1, predicted_output_tokens=64, read_out=other.sentences)
+    done = engine.run_until_idle()
+
+    def off_protocol(text: str) -> int:
+        guard = StreamGuard(other.template)
+        guard.feed(text)
+        guard.finish()
+        return guard.off_protocol
+
+    assert done["held"].reason == "eos" and done["held"].text.strip()
+    assert off_protocol(done["held"].text) == 0
+    assert off_protocol(done["free"].text) > 0  # unconstrained it reads the prompt's protocol

@@ -55,3 +55,12 @@ def test_a_cancellation_for_a_protocol_switch_means_admit_again_and_a_plain_one_
     assert follower.on_cancelled("7") is True
     assert follower.on_cancelled("8") is False
     assert follower.on_cancelled("7") is False  # asked once, answered once
+
+
+def test_under_strict_matching_the_output_is_held_to_the_plan_and_with_a_threshold_it_is_not():
+    follower, plan = GuidanceFollower(), _plan()
+    assert follower.read_out(plan) == plan.sentences and follower.read_out(None) is None
+    follower.use_similarity(lambda sentence, sentences: 1.0, 0.8)
+    assert follower.read_out(plan) is None  # a validated model may reword; the guard holds it
+    follower.use_similarity(None, None)
+    assert follower.read_out(plan) == plan.sentences

@@ -245,6 +245,7 @@ class StreamIntake:
             str(call_id), call.prompt, level=call.level or min(5, _number(fields, "level", 3)), tier=call.tier or None,
             predicted_output_tokens=call.predicted_output_tokens or _number(fields, "predicted_output_tokens", 64),
             arrival_s=call.accepted_at_s,
+            **({"read_out": self.guidance.read_out(call.plan)} if self.engine.constrains_read_out else {}),
         )
         self.guidance.admitted(str(call_id), call.plan, call.generation)
 

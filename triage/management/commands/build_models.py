@@ -55,14 +55,17 @@ class _TraceRecorder:
 
 
 def generate_all(backend: HFBackend, prompts: dict[str, str], probe_layer: int, max_new_tokens: int, batch: int,
-                 progress: bool) -> tuple[dict[str, int], dict[str, str], _TraceRecorder]:
-    """Greedy guidance for every prompt (by id): output tokens, texts and the probe layer's hidden states."""
+                 progress: bool, read_out: dict[str, tuple[str, ...]] | None = None,
+                 ) -> tuple[dict[str, int], dict[str, str], _TraceRecorder]:
+    """Greedy guidance for every prompt (by id): output tokens, texts and the probe layer's hidden states.
+    ``read_out``: the sentences each output is held to, as the worker holds them under strict guarding."""
     recorder = _TraceRecorder(probe_layer)
     config = SchedulerConfig(policy="fcfs", batch_size=batch, kv_capacity_blocks=1 << 20)
     engine = backend.make_engine(make_scheduler(config, PRESETS["a100-4b"]), max_new_tokens=max_new_tokens,
                                  refiner=recorder)
     for rid, prompt in prompts.items():
-        engine.add_request(rid, prompt, level=3, predicted_output_tokens=64)
+        engine.add_request(rid, prompt, level=3, predicted_output_tokens=64,
+                           read_out=read_out.get(rid) if read_out is not None else None)
     lengths, texts = {}, {}
     bar = tqdm(total=len(prompts), desc="generating guidance", unit="call", disable=not progress)
     while engine.has_work():
@@ -159,7 +162,7 @@ class Command(BaseCommand):
 
         if not opts["skip_predictors"]:
             call_command("train_predictors", lengths=str(lengths_path), tiny=opts["tiny"])
-            reports["evaluation sets (served path)"] = self._served_path(backend, evaluation, opts["max_new_tokens"])
+            reports.update(self._served_path(backend, evaluation, opts["max_new_tokens"]))
         mark = stage_done("predictors", mark)
 
         probe_test = set(sorted({rid.split("-")[0] for rid in written_ids})[-PROBE_TEST_AUTHORS:])
@@ -190,9 +193,11 @@ class Command(BaseCommand):
         config = predictor_training.TINY if tiny else predictor_training.FULL
         return [r for name in predictor_training.EVALUATION_SETS for r in predictor_training.evaluation_set(name, config)]
 
-    def _served_path(self, backend: HFBackend, records: list[dict], max_new_tokens: int) -> dict[str, float | int]:
+    def _served_path(self, backend: HFBackend, records: list[dict], max_new_tokens: int) -> dict[str, dict]:
         """The evaluation sets as served: the trained predictors choose protocol and level, the plan follows
-        them, the engine generates, the stream guard judges every sentence."""
+        them, the engine generates, the stream guard judges every sentence. Twice: as the worker serves them
+        under strict guarding (the read-out constrained to the plan's sentences), and the model unconstrained (as
+        a server that is not constrained would stream them, the guard alone holding them)."""
         from inference.predictors import load_triage_predictor
 
         library = load_library()
@@ -203,8 +208,11 @@ class Command(BaseCommand):
             for r, p in zip(records, predictions, strict=True)
         }
         prompts = {r["id"]: guidance_prompt(plans[r["id"]], r["transcript"]) for r in records}
-        _, texts, _ = generate_all(backend, prompts, 1, max_new_tokens, 32, progress=False)
-        return plan_report(plans, texts)
+        _, served, _ = generate_all(backend, prompts, 1, max_new_tokens, 32, progress=False,
+                                    read_out={rid: plan.sentences for rid, plan in plans.items()})
+        _, free, _ = generate_all(backend, prompts, 1, max_new_tokens, 32, progress=False)
+        return {"evaluation sets (served path)": plan_report(plans, served),
+                "evaluation sets (served path, unconstrained)": plan_report(plans, free)}
 
     def _prompt_only(self, records: list[dict]) -> dict[str, float]:
         """The intake's prompt-only length predictions, when its predictors are built."""
@@ -235,7 +243,10 @@ class Command(BaseCommand):
             "## Does the guidance follow its protocol?", "",
             "Read out: the generated guidance is the plan's text exactly. Off-protocol sentences: what the stream "
             "guard (inference/guidance/guard.py, strict) would flag. The served path takes the protocol (or "
-            "`unclear`: the family's key questions) and the level from the trained predictors.", "",
+            "`unclear`: the family's key questions) and the level from the trained predictors, and is generated "
+            "as the inference worker generates under strict guarding: each next token held to the plan's "
+            "sentences (inference/guidance/read_out.py). \"Unconstrained\": the model alone, as a server that "
+            "is not constrained would stream it, the guard alone holding it.", "",
             "| calls | n | read out exactly | off-protocol sentences | calls with any |", "|---|---|---|---|---|",
             *(f"| {name} | {r['calls']} | {r['read_out_share']:.1%} | {r['off_protocol_sentences']} | "
               f"{r['calls_with_off_protocol']} |" for name, r in reports.items()),
