@@ -43,18 +43,24 @@ def fit_length_head(inputs: CallInputs, standardised_log_tokens: torch.Tensor, c
 
 
 PROTOCOL_THRESHOLD_GRID = tuple(round(0.05 * i, 2) for i in range(1, 19))  # 0.05 .. 0.90
+PROTOCOL_MARGIN_GRID = tuple(round(0.025 * i, 3) for i in range(13))  # 0 .. 0.30
 WRONG_CONFIDENT_COST = 4.0  # a confident wrong protocol reads out the wrong instructions; an unclear one asks the family's questions
 
 
-def tune_protocol_threshold(probabilities: torch.Tensor, true: Sequence[str], ids: Sequence[str]) -> float:
-    """The threshold minimising 2 x (wrong and confident) + unclear over the grid; ties keep the lower."""
-    def cost(threshold: float) -> float:
-        chosen = [choose(row, ids, threshold).protocol for row in probabilities.tolist()]
+def tune_protocol_decision(probabilities: torch.Tensor, true: Sequence[str], ids: Sequence[str]
+                           ) -> tuple[float, float]:
+    """The (threshold, margin) minimising WRONG_CONFIDENT_COST x (wrong and confident) + unclear over the grids;
+    ties keep the lower of each. O(|grids| x n x p log p) for n calls and p protocols."""
+    rows = probabilities.tolist()
+
+    def cost(candidate: tuple[float, float]) -> float:
+        chosen = [choose(row, ids, *candidate).protocol for row in rows]
         wrong = sum(c not in (t, UNCLEAR) for c, t in zip(chosen, true, strict=True))
         unclear = sum(c == UNCLEAR for c in chosen)
         return (WRONG_CONFIDENT_COST * wrong + unclear) / max(1, len(true))
 
-    return min(PROTOCOL_THRESHOLD_GRID, key=lambda t: (cost(t), t))
+    grid = [(t, m) for t in PROTOCOL_THRESHOLD_GRID for m in PROTOCOL_MARGIN_GRID]
+    return min(grid, key=lambda candidate: (round(cost(candidate), 12), candidate))
 
 
 def tune_thresholds(
@@ -105,18 +111,21 @@ def train_protocol(
     inputs: CallInputs, true: Sequence[str], folds: Sequence[int], ids: Sequence[str], family_of: dict[str, str],
     cfg: HeadConfig,
 ) -> tuple[ProtocolClassifier, dict[str, Any]]:
-    """As the ESI head: out-of-fold predictions (``folds``: one per author) tune the confidence threshold, then
+    """As the ESI head: out-of-fold predictions (``folds``: one per author) tune the confidence threshold and
+    margin, then
     the shipped head is fitted on all of it. ``true``: the labelled protocols."""
     index = {p: i for i, p in enumerate(ids)}
     y = torch.tensor([index[p] for p in true])
     oof = out_of_fold(inputs, y, folds, len(ids), lambda xs, ys: fit_protocol_head(xs, ys, len(ids), cfg),
                       cfg.clinical_weight)
-    threshold = tune_protocol_threshold(oof, true, ids)
-    choices = [choose(row, ids, threshold) for row in oof.tolist()]
+    threshold, margin = tune_protocol_decision(oof, true, ids)
+    choices = [choose(row, ids, threshold, margin) for row in oof.tolist()]
     validation = {
         "method": oof_method(folds),
         "threshold": threshold,
+        "margin": margin,
+        "wrong_confident_cost": WRONG_CONFIDENT_COST,
         **protocol_metrics(true, [c.protocol for c in choices], [c.likeliest for c in choices], family_of),
     }
     head = fit_protocol_head(inputs, y, len(ids), cfg)
-    return ProtocolClassifier(head, tuple(ids), threshold, cfg.clinical_weight), validation
+    return ProtocolClassifier(head, tuple(ids), threshold, cfg.clinical_weight, margin), validation

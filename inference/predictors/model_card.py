@@ -139,8 +139,9 @@ def _protocol_section(metrics: dict[str, Any]) -> list[str]:
         "## Protocol selection, side by side",
         "",
         f"Protocol library `{metrics['protocol_library']}` (fixtures/guidance/). A logistic regression on the n-grams; "
-        f"below a confidence of {validation['threshold']:.2f} (tuned on {validation['method']}: fewest "
-        "2 x wrong-and-confident + unclear) the selection is `unclear` and the family's key questions are read.",
+        f"below a confidence of {validation['threshold']:.2f}, or less than {validation.get('margin', 0.0):.3f} ahead of "
+        f"the runner-up (both tuned on {validation['method']}: fewest {validation.get('wrong_confident_cost', 2):g} x "
+        "wrong-and-confident + unclear), the selection is `unclear` and the family's key questions are read.",
         "",
         "| set | n | right | unclear | wrong and confident | likeliest protocol right |",
         "|---|---|---|---|---|---|",

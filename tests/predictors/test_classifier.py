@@ -114,3 +114,26 @@ def test_loader_follows_the_environment_and_caches_per_process(trained_predictor
 def test_loading_an_untrained_directory_says_how_to_build_it(tmp_path):
     with pytest.raises(PredictorsNotBuilt, match="train_predictors"):
         load_triage_predictor(tmp_path)
+
+
+def test_a_likeliest_protocol_too_close_to_its_runner_up_is_unclear():
+    from inference.predictors.protocol import choose
+
+    ids = ("stroke", "headache", "fall")
+    assert choose([0.5, 0.42, 0.08], ids, threshold=0.3, margin=0.1).protocol == "unclear"
+    assert choose([0.5, 0.38, 0.12], ids, threshold=0.3, margin=0.1).protocol == "stroke"
+
+
+def test_the_decision_is_tuned_to_fewest_costed_misfires_and_unclears():
+    import torch
+
+    from inference.predictors.fitting import WRONG_CONFIDENT_COST, tune_protocol_decision
+
+    ids = ("a", "b", "c")
+    # Confident calls are right; calls with a close runner-up are wrong half the time: a margin pays off.
+    rows = [[0.9, 0.05, 0.05]] * 8 + [[0.5, 0.45, 0.05]] * 2
+    true = ["a"] * 8 + ["a", "b"]
+    threshold, margin = tune_protocol_decision(torch.tensor(rows), true, ids)
+    assert margin > 0.05 and WRONG_CONFIDENT_COST > 1
+    decided = [row for row in rows if row[0] >= threshold and row[0] - row[1] >= margin]
+    assert len(decided) == 8
