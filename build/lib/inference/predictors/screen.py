@@ -1,0 +1,52 @@
+"""A pre-screen of a few milliseconds that orders the triage backlog: which waiting calls the classifier sees first.
+
+It never assigns a level (the algorithm and the trained head do); it only decides, when a burst leaves more
+calls waiting than one micro-batch takes, which are classified first, so a likely life-threatening call is
+not stuck behind a hundred sprained ankles in the triage queue. Its knowledge is the clinical catalogue's: a
+concept that alone fires a decision-point-A rule scores 2, one that alone fires a B rule 1, unless concepts.yaml
+gives the concept its own ``screen`` weight (warning signs such as "collapsed" or "turning blue"), plus 1 per
+alarming vital sign (``inference.clinical.vitals``). Negation is not read here (a screen may put a denied
+finding early; the classifier then decides). Spelling is matched as the catalogue matches it.
+"""
+
+from __future__ import annotations
+
+from inference.clinical import Catalogue, load_catalogue
+from inference.clinical.text import tokenize
+from inference.clinical.vitals import read_vitals
+
+SCREEN_CHARS = 4000
+
+
+_WEIGHTS: dict[str, dict[str, int]] = {}  # by catalogue digest
+
+
+def screen_weights(catalogue: Catalogue) -> dict[str, int]:
+    """Concept -> weight: a concept's own ``screen`` value in concepts.yaml, else 2 when it alone fires a
+    decision-point-A rule (a rule whose only condition is "any of" concepts), 1 when it alone fires a B rule."""
+    if catalogue.digest not in _WEIGHTS:
+        weights: dict[str, int] = {}
+        for point, weight in (("B", 1), ("A", 2)):
+            for rule in catalogue.rules:
+                when = rule.when
+                if rule.point == point and not (when.all or when.age or when.sex or when.vitals):
+                    weights.update({ref.concept: weight for ref in when.any})
+        for concept in catalogue.concepts.values():
+            if concept.screen is not None:
+                weights[concept.id] = concept.screen
+        _WEIGHTS[catalogue.digest] = {c: w for c, w in weights.items() if w}
+    return _WEIGHTS[catalogue.digest]
+
+
+def screen_score(transcript: str, catalogue: Catalogue | None = None) -> int:
+    """Higher is more likely ESI 1-2: the weights of the concepts the call mentions (each once), plus alarming
+    vitals. O(length): the catalogue's anchored phrase matching, restricted to the screen's concepts."""
+    catalogue = catalogue or load_catalogue()
+    weights = screen_weights(catalogue)
+    tokens = tokenize(transcript[:SCREEN_CHARS])
+    found = {m.concept for m in catalogue.lexicon.mentions(tokens, weights)}
+    vitals = read_vitals(tokens.text)
+    spo2, heart, resp = vitals.worst("spo2"), vitals.worst("heart_rate"), vitals.worst("resp_rate")
+    danger = (spo2 is not None and spo2 < catalogue.spo2_below) + (heart is not None and (heart >= 130 or heart <= 40))
+    danger += resp is not None and (resp >= 30 or resp <= 8)
+    return sum(weights[c] for c in found) + int(danger)

@@ -1,0 +1,87 @@
+"""GET /api/v1/calls/<id>/stream — a call's guidance as Server-Sent Events (docs/call-systems.md).
+
+The request is checked like GET calls/<id>/ (Bearer token or dashboard session, a client sees only its own
+calls; errors are the API's JSON), in DRF's sync view; what it returns is a ``StreamingHttpResponse`` over an
+*async* iterator, which daphne (ASGI) serves from the event loop: a waiting stream costs a Redis connection
+blocked in XREAD, not a thread. Under a WSGI server Django would have to buffer the whole async iterator
+before sending anything; the stack serves the API with daphne.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.exceptions import ValidationError
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+
+from triage.selectors.guidance_events import STREAM_ID, GuidanceEvent, call_guidance_events
+
+from .calls import CALL_ID, READ, ApiView, _errors
+
+EVENT_STREAM = "text/event-stream"
+RETRY_MS = 2000  # how long an EventSource waits before it reconnects
+LAST_EVENT_ID = OpenApiParameter(
+    "Last-Event-ID", str, OpenApiParameter.HEADER, required=False,
+    description="Resume: only events after this id are sent (an EventSource sends it when it reconnects)",
+)
+STREAM_DESCRIPTION = """Server-Sent Events, each with `event:`, `id:` (the replay log's entry id) and a JSON `data:` line:
+
+* `replay` `{"text", "index", "done", "off_protocol"}` — the guidance so far (first event, not sent on resume)
+* `token` `{"index", "text"}` — one generated token
+* `guidance` `{"text", "off_protocol": true}` — the guard replaced the text with the protocol's own
+* `restart` `{}` — the guidance is generated again (protocol switch): drop what was shown
+* `done` `{"status"}` — `done`, `failed` or `cancelled`; the last event, then the server closes the stream
+
+Lines starting with `:` are keep-alive comments."""
+
+
+def sse_format(event: GuidanceEvent | None) -> str:
+    """One event in the text/event-stream format; ``None`` is a keep-alive comment."""
+    if event is None:
+        return ": keep-alive\n\n"
+    lines = [f"event: {event.event}"]
+    if event.id is not None:
+        lines.append(f"id: {event.id}")
+    lines.append("data: " + json.dumps(event.data, ensure_ascii=False, separators=(",", ":")))
+    return "\n".join(lines) + "\n\n"
+
+
+async def _event_stream(call_id: int, after_id: str | None) -> AsyncIterator[str]:
+    yield f"retry: {RETRY_MS}\n\n"
+    async for event in call_guidance_events(call_id=call_id, after_id=after_id):
+        yield sse_format(event)
+
+
+class CallStreamApi(ApiView):
+    """GET /api/v1/calls/<id>/stream — the guidance so far, then each new token, then ``done``."""
+
+    access = {"GET": READ}
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> tuple[JSONRenderer, str]:
+        # An EventSource sends "Accept: text/event-stream"; the stream itself is not rendered by DRF, and
+        # a refusal (401, 404, 429) is the API's JSON error like on every other endpoint.
+        return JSONRenderer(), JSONRenderer.media_type
+
+    @extend_schema(
+        operation_id="calls_stream",
+        parameters=[CALL_ID, LAST_EVENT_ID],
+        responses={
+            (200, EVENT_STREAM): OpenApiResponse(OpenApiTypes.STR, description=STREAM_DESCRIPTION),
+            **_errors(),
+        },
+    )
+    def get(self, request: Request, call_id: str) -> StreamingHttpResponse:
+        """Stream the call's guidance as Server-Sent Events; resume with `Last-Event-ID`."""
+        call = self.get_call(call_id)
+        after_id = request.headers.get("Last-Event-ID", "").strip() or None
+        if after_id is not None and not STREAM_ID.fullmatch(after_id):
+            raise ValidationError({"Last-Event-ID": ["An event id from this stream, e.g. 1712345678901-0."]})
+        response = StreamingHttpResponse(_event_stream(call.pk, after_id), content_type=EVENT_STREAM)
+        response["Cache-Control"] = "no-cache"
+        response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
+        return response

@@ -1,0 +1,14 @@
+from django.urls import path
+
+# <str:…>, not <int:…>: a malformed id must get the API's JSON 404, not Django's HTML one.
+from .calls import CallCancelApi, CallCollectionApi, CallItemApi, CallRetryApi
+from .stream import CallStreamApi
+
+urlpatterns = [
+    path("calls/", CallCollectionApi.as_view(), name="api-calls"),
+    path("calls/<str:call_id>/", CallItemApi.as_view(), name="api-call-detail"),
+    path("calls/<str:call_id>/cancel/", CallCancelApi.as_view(), name="api-call-cancel"),
+    path("calls/<str:call_id>/retry/", CallRetryApi.as_view(), name="api-call-retry"),
+    # no trailing slash: the address EventSource clients are given (docs/call-systems.md)
+    path("calls/<str:call_id>/stream", CallStreamApi.as_view(), name="api-call-stream"),
+]

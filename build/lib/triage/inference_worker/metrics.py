@@ -1,0 +1,161 @@
+"""The inference worker's metrics: computed on the engine loop's thread (the only one that may read the engine's
+structures), published to the board's Redis hash, and exported to Prometheus from that snapshot (a collector
+reads the latest snapshot, so a scrape never touches the engine) with per-ESI TTFT and E2E histograms. Every
+series carries the worker's consumer name, so several workers are told apart."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterator
+from wsgiref.simple_server import WSGIServer
+
+import redis
+from prometheus_client import CollectorRegistry, Histogram, generate_latest, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from inference.executor import Executor
+from inference.guidance.follow import GuidanceFollower
+from triage.redis_clients import ENGINE_METRICS_KEY
+
+log = logging.getLogger("triage.inference_worker")
+PREEMPTION_LABELS = ("swap", "drop", "partial", "paused")
+TOKENS_PER_S_WINDOW_S = 5.0
+
+
+# Seconds: from a few (ESI 1 on a GPU) to the minutes a low-acuity call may wait behind a burst on a CPU.
+LATENCY_BUCKETS = (0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1800)
+
+
+class WorkerMetrics:
+    def __init__(self, engine: Executor, stats: Counter[str], guidance: GuidanceFollower, worker: str = "") -> None:
+        self.engine, self.stats, self.guidance = engine, stats, guidance
+        self._started_at = time.time()
+        self._tokens_window: list[tuple[float, int]] = []
+        self._last_published = 0.0
+        self._http: WSGIServer | None = None
+        self.snapshot = self.compute()  # what a scrape reads; the engine loop refreshes it
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(_SnapshotCollector(self, worker))
+        self._ttft = Histogram("triage_inference_ttft_seconds", "API accept to the first guidance token, by ESI",
+                               ["esi", "worker"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self._e2e = Histogram("triage_inference_e2e_seconds", "API accept to the complete guidance, by ESI",
+                              ["esi", "worker"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self._worker = worker
+
+    def observe(self, tokens: int) -> None:
+        """One engine iteration produced ``tokens`` tokens."""
+        self._tokens_window.append((time.time(), tokens))
+
+    def compute(self) -> dict:
+        now = time.time()
+        self._tokens_window = [(t, n) for t, n in self._tokens_window if now - t <= TOKENS_PER_S_WINDOW_S]
+        span = max(1e-6, min(TOKENS_PER_S_WINDOW_S, now - self._started_at))
+        kv = self.engine.kv_usage()
+        used, capacity = kv.used_blocks, kv.capacity_blocks or 1
+        running = set(self.engine.running_ids())
+        depth: Counter[int] = Counter()
+        for seq in list(self.engine.sequences.values()):
+            if seq.request.id not in running:
+                depth[seq.request.level] += 1
+        preemptions = {m: self.stats.get(f"preemptions_{m}", 0) for m in PREEMPTION_LABELS}
+        return {
+            "tokens_per_s": round(sum(n for _, n in self._tokens_window) / span, 1),
+            "running": len(running),
+            "waiting": sum(depth.values()),
+            "queue_depth_by_esi": {str(level): depth.get(level, 0) for level in range(1, 6)},
+            "kv_used_blocks": used,
+            "kv_capacity_blocks": capacity,
+            "kv_use": round(used / capacity, 4),
+            "kv_tokens_device": self.engine.kv_tokens_on_device(),
+            "kv_tokens_host": self.engine.kv_tokens_on_host(),
+            "preemptions": preemptions,
+            "preemptions_total": sum(preemptions.values()),
+            "tokens_total": self.stats["tokens"],
+            "off_protocol_sentences_total": self.guidance.off_protocol_total,
+            "iterations_total": self.stats["iterations"],
+            "generation_errors_total": self.stats["generation_errors"],
+            "updated_at": round(now, 3),
+        }
+
+    def publish(self, client: redis.Redis, *, every_s: float, force: bool = False) -> None:
+        """Refresh the snapshot and the board's hash, at most every ``every_s`` unless forced."""
+        now = time.monotonic()
+        if not force and now - self._last_published < every_s:
+            return
+        self._last_published = now
+        self.snapshot = self.compute()
+        fields = {k: v for k, v in self.snapshot.items() if not isinstance(v, dict)}
+        try:
+            client.hset(ENGINE_METRICS_KEY, mapping=fields)
+        except redis.RedisError:
+            log.debug("engine metrics not published", exc_info=True)
+
+    def observe_first_token(self, level: int, waited_s: float) -> None:
+        """A call's first token: ``waited_s`` since the API accepted it (TTFT, the queue wait included)."""
+        self._ttft.labels(esi=str(level), worker=self._worker).observe(max(0.0, waited_s))
+
+    def observe_done(self, level: int, total_s: float) -> None:
+        """A call's guidance is complete: ``total_s`` since the API accepted it (E2E)."""
+        self._e2e.labels(esi=str(level), worker=self._worker).observe(max(0.0, total_s))
+
+    def prometheus_text(self) -> str:
+        """The Prometheus exposition of this worker's registry (what ``serve`` answers)."""
+        return generate_latest(self.registry).decode()
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> None:
+        """Serve /metrics on ``host:port`` (0.0.0.0 for a scraper in another container)."""
+        self._http, _ = start_http_server(port, addr=host, registry=self.registry)
+        log.info("metrics on http://%s:%d/metrics", host, self._http.server_address[1])
+
+    def stop(self) -> None:
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+
+
+class _SnapshotCollector:
+    """Prometheus families from the worker's latest snapshot (O(1) per scrape, never reads the engine)."""
+
+    def __init__(self, metrics: WorkerMetrics, worker: str) -> None:
+        self._metrics, self._worker = metrics, worker
+
+    def collect(self) -> Iterator[Metric]:
+        m, w = self._metrics.snapshot, self._worker
+
+        def gauge(name: str, doc: str, value: float, **labels: str) -> GaugeMetricFamily:
+            family = GaugeMetricFamily(name, doc, labels=["worker", *labels])
+            family.add_metric([w, *labels.values()], value)
+            return family
+
+        def counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+            family = CounterMetricFamily(name, doc, labels=["worker"])
+            family.add_metric([w], value)
+            return family
+
+        depth = GaugeMetricFamily("triage_inference_queue_depth", "Calls waiting in the engine, by ESI",
+                                  labels=["worker", "esi"])
+        for level, n in m["queue_depth_by_esi"].items():
+            depth.add_metric([w, level], n)
+        yield depth
+        preemptions = CounterMetricFamily("triage_inference_preemptions", "Preemptions, by mode",
+                                          labels=["worker", "mode"])
+        for mode, n in m["preemptions"].items():
+            preemptions.add_metric([w, mode], n)
+        yield preemptions
+        kv = GaugeMetricFamily("triage_inference_kv_tokens", "KV-cache tokens held", labels=["worker", "where"])
+        kv.add_metric([w, "device"], m["kv_tokens_device"])
+        kv.add_metric([w, "host"], m["kv_tokens_host"])
+        yield kv
+        yield gauge("triage_inference_running", "Calls in the running batch", m["running"])
+        yield gauge("triage_inference_kv_use_ratio", "Share of KV blocks in use", m["kv_use"])
+        yield gauge("triage_inference_tokens_per_second", "Tokens generated per second (5 s window)", m["tokens_per_s"])
+        yield gauge("triage_inference_heartbeat_timestamp_seconds", "When the engine loop last published",
+                    m["updated_at"])
+        yield counter("triage_inference_tokens", "Tokens generated", m["tokens_total"])
+        yield counter("triage_inference_off_protocol_sentences", "Sentences the stream guard found off protocol",
+                      m["off_protocol_sentences_total"])
+        yield counter("triage_inference_generation_errors", "Batches' calls the model failed on",
+                      m["generation_errors_total"])

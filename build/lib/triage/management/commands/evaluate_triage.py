@@ -1,0 +1,64 @@
+"""Score the trained triage predictors on the independently written evaluation sets. No database needed.
+
+    python manage.py evaluate_triage                      # both sets, a table
+    python manage.py evaluate_triage --json               # the metrics, for BENCHMARKS.md
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+
+class Command(BaseCommand):
+    help = ("ESI and protocol metrics of the trained predictors on fixtures/evaluation/{independent,development}, "
+            "with CPU time per call.")
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--predictors", type=Path, help="trained bundle (default: TRIAGE['PREDICTORS_DIR'])")
+        parser.add_argument("--sets", default="independent,development", help="comma-separated evaluation sets")
+        parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        import torch
+
+        from inference.predictors import PredictorsNotBuilt, load_triage_predictor, training
+
+        try:
+            predictor = load_triage_predictor(options["predictors"] or settings.TRIAGE["PREDICTORS_DIR"])
+        except PredictorsNotBuilt as error:
+            raise CommandError(str(error)) from error
+        torch.set_num_threads(1)  # as the Celery triage worker runs it
+        predictor.predict(["warm-up call"])
+        family_of = training.protocol_families()
+        results = {}
+        for name in options["sets"].split(","):
+            if name not in training.EVALUATION_SETS:
+                raise CommandError(f"--sets: unknown set {name!r} (known: {', '.join(training.EVALUATION_SETS)})")
+            records = training.evaluation_set(name, training.FULL)
+            started = time.process_time()
+            predictions = training.predict_records(predictor, records, chunk=32)
+            cpu_ms = (time.process_time() - started) * 1000 / max(1, len(records))
+            results[name] = {**training.evaluate(predictions, records, family_of), "cpu_ms_per_call": round(cpu_ms, 1)}
+        report = {"version": predictor.version, "catalogue": predictor.catalogue_version, "sets": results}
+        if options["json"]:
+            self.stdout.write(json.dumps(report, indent=2, sort_keys=True))
+            return
+        self.stdout.write(f"predictors {predictor.version}, catalogue {predictor.catalogue_version}")
+        self.stdout.write("set          n   exact  under  over   ESI-1 recall  decision point  uncertain  "
+                          "protocol right/unclear/wrong  CPU ms/call")
+        for name, r in results.items():
+            esi, protocol = r["esi"], r["protocol"]
+            self.stdout.write(
+                f"{name:<12} {esi['n']:<3} {esi['accuracy']:.3f}  {esi['under_triage_rate']:.3f}  "
+                f"{esi['over_triage_rate']:.3f}  {esi['per_level']['1']['recall']:.3f}         "
+                f"{r.get('decision_point', {}).get('agreement', 0):.3f}           {r['uncertain_rate']:.3f}      "
+                f"{protocol['right']:.3f}/{protocol['unclear']:.3f}/{protocol['wrong_confident']:.3f}"
+                f"            {r['cpu_ms_per_call']}"
+            )

@@ -1,0 +1,325 @@
+"""`manage.py loadtest`: replay calls through the real REST API, Celery triage and the inference worker, one
+scheduling policy after another on the identical trace, and compare per-ESI latency against FCFS.
+
+    manage.py loadtest --calls 200 --pattern burst --policy semantic,fcfs --json
+
+Without --url it starts the web server, the Celery worker and the inference worker itself (restarting Celery
+and the inference worker, with `--policy P`, before each policy, on an inference stream of that run and policy
+of their own). The policy is set in SchedulerSettings for the run (and restored after): it orders the
+classifier's backlog as well as the LLM's queue, so `fcfs` is arrival order from intake to the last token (see
+triage/services/batching.py). With --url it drives a running stack and measures whatever policy that stack
+runs ("live").
+
+Per call, from the database: TTFT = first_token_at - created_at, E2E = done_at - created_at, normalized
+wait = E2E / output_tokens (the worker stamps each transition with the time it happened in the engine);
+preemptions by mode from the `call.preempted` audit rows. Per level also the TTFT's two parts: accepted ->
+classified (`triage_p50`) and queued -> first token (`queued_to_first_token_p50`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib import request as urlrequest
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from scheduler.metrics import percentile
+
+CORPUS = Path(settings.BASE_DIR) / "fixtures" / "calls" / "calls.jsonl"
+LOADTEST_ACTOR = "system:loadtest"
+
+
+def load_trace(path: Path, n: int, pattern: str, rate: float, seed: int) -> list[tuple[float, dict]]:
+    """(offset seconds, record) for n calls: every ESI level represented, shuffled, seeded."""
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    rng = random.Random(seed)
+    rng.shuffle(records)
+    picked = (records * (1 + n // max(1, len(records))))[:n]
+    offsets, t = [], 0.0
+    for _ in picked:
+        offsets.append(t)
+        if pattern == "poisson":
+            t += rng.expovariate(rate)
+    return list(zip(offsets, picked, strict=True))
+
+
+def summarise(policy: str, call_ids: list[int]) -> dict:
+    from triage.models import ESI_LEVELS, AuditEvent, Call
+
+    calls = list(Call.objects.filter(pk__in=call_ids))
+    by_esi: dict[str, dict] = {}
+    for level in ESI_LEVELS:
+        group = [c for c in calls if c.level == level and c.done_at and c.first_token_at]
+        ttft = [(c.first_token_at - c.created_at).total_seconds() for c in group]
+        e2e = [(c.done_at - c.created_at).total_seconds() for c in group]
+        norm = [(c.done_at - c.created_at).total_seconds() / max(1, c.output_tokens) for c in group]
+        # Where the TTFT went: accepted -> classified (Celery), queued -> first token (the LLM scheduler).
+        triage = [(c.triaged_at - c.created_at).total_seconds() for c in group if c.triaged_at]
+        engine = [(c.first_token_at - c.queued_at).total_seconds() for c in group if c.queued_at]
+        by_esi[str(level)] = {
+            "count": len(group), "ttft_p50": _p(ttft, 50), "ttft_p99": _p(ttft, 99),
+            "e2e_p50": _p(e2e, 50), "e2e_p99": _p(e2e, 99),
+            "normalized_wait_mean": round(sum(norm) / len(norm), 4) if norm else None,
+            "triage_p50": _p(triage, 50), "queued_to_first_token_p50": _p(engine, 50),
+        }
+    preemptions = {"swap": 0, "recompute": 0, "partial": 0}
+    for data in AuditEvent.objects.filter(call_id__in=call_ids, action="call.preempted").values_list("data", flat=True):
+        mode = (data or {}).get("mode")
+        key = {"drop": "recompute", "swap": "swap", "partial": "partial"}.get(mode)
+        if key:
+            preemptions[key] += 1
+    done = [c for c in calls if c.done_at]
+    tokens = sum(c.output_tokens for c in done)
+    span = (max(c.done_at for c in done) - min(c.created_at for c in done)).total_seconds() if done else 0
+    return {
+        "policy": policy, "calls": len(calls), "completed": len(done), "by_esi": by_esi,
+        "preemptions": preemptions, "throughput_tokens_per_s": round(tokens / span, 2) if span else None,
+    }
+
+
+class Command(BaseCommand):
+    help = "Replay calls through the whole stack per scheduling policy; per-ESI TTFT/E2E and ratios to FCFS."
+
+    def add_arguments(self, parser):  # noqa: ANN001
+        parser.add_argument("--calls", type=int, default=200)
+        parser.add_argument("--pattern", choices=["burst", "poisson"], default="burst")
+        parser.add_argument("--rate", type=float, default=5.0, help="calls per second (poisson)")
+        parser.add_argument("--policy", default="semantic,fcfs")
+        parser.add_argument("--trace", default=str(CORPUS), help="JSONL of call records (transcript, ...)")
+        parser.add_argument("--url", default=None, help="drive a running stack instead of starting one")
+        parser.add_argument("--token", default=os.environ.get("TRIAGE_API_TOKEN"), help="API token (with --url)")
+        parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait per policy")
+        parser.add_argument("--seed", type=int, default=7)
+        parser.add_argument("--json", action="store_true")
+        parser.add_argument("--plot", default=None, help="write a PNG of per-ESI TTFT p50 per policy")
+        parser.add_argument("--backend", choices=["hf", "vllm"], default=settings.TRIAGE["INFERENCE_BACKEND"],
+                            help="our embedded engine, or vLLM servers started per policy (policies: semantic = "
+                                 "our plug-in, priority and fcfs = vLLM's own)")
+        parser.add_argument("--replicas", type=int, default=1, help="vLLM servers (--backend vllm)")
+        parser.add_argument("--model", default=None,
+                            help="the LLM (default INFERENCE_MODEL; e.g. models/load-smollm2 from "
+                                 "`build_models --load-model`)")
+        parser.add_argument("--max-new-tokens", type=int, default=384)
+        parser.add_argument("--max-num-seqs", type=int, default=settings.TRIAGE["VLLM_MAX_NUM_SEQS"],
+                            help="each vLLM server's batch (--backend vllm)")
+
+    def handle(self, *args, **o) -> None:  # noqa: ANN002, ANN003
+        trace = load_trace(Path(o["trace"]), o["calls"], o["pattern"], o["rate"], o["seed"])
+        policies = [p.strip() for p in o["policy"].split(",") if p.strip()]
+        results = []
+        if o["url"]:
+            if not o["token"]:
+                raise CommandError("--url needs --token (or TRIAGE_API_TOKEN)")
+            ids = self._replay(o["url"], o["token"], trace, o["timeout"])
+            results.append(summarise("live", ids))
+        else:
+            results = self._run_own_stack(trace, policies, o)
+        fcfs = next((r for r in results if r["policy"].endswith("fcfs")), None)
+        if fcfs is not None:
+            for r in results:
+                r["vs_fcfs"] = _ratios(r, fcfs)
+        if o["json"]:
+            self.stdout.write(json.dumps(results, indent=2))
+        else:
+            for r in results:
+                self._print(r)
+        if o["plot"]:
+            _plot(results, Path(o["plot"]))
+
+    # --- the stack ----------------------------------------------------------------------------------------------
+    def _run_own_stack(self, trace, policies: list[str], o: dict) -> list[dict]:  # noqa: ANN001
+        from django.core.management import call_command
+
+        from triage.models import SchedulerSettings
+        from triage.services.clients import api_client_create
+        from triage.services.config import scheduler_settings_update
+        from triage.services.dispatch import triage_task_pending_key
+        from triage.stack import Stack, free_port
+
+        call_command("migrate", verbosity=0)
+        token = api_client_create(name=f"loadtest-{uuid.uuid4().hex[:8]}", throttle_rate="100000/min").token
+        run = uuid.uuid4().hex[:8]
+        # A Celery queue of this run's own: another worker on the same Redis must not take its calls.
+        queue = f"triage-loadtest-{run}"
+        env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1",
+                   TRIAGE_CELERY_QUEUE=queue)
+        stack = Stack(env=env, log_dir=Path(settings.VAR_DIR) / "logs" / "loadtest")
+        port = free_port()
+        results = []
+        configured = SchedulerSettings.load().policy
+        # SIGTERM (a CI timeout, an operator) unwinds like Ctrl-C, so the children are stopped, not orphaned.
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            stack.start_web(port)
+            for policy in policies:
+                vllm = o["backend"] == "vllm"
+                # With vLLM the stored policy only orders the classifier's backlog: arrival order for vLLM's
+                # FCFS, by urgency otherwise, so the comparison isolates the LLM stage.
+                stored = ("fcfs" if policy == "fcfs" else "semantic") if vllm else policy
+                scheduler_settings_update(actor=LOADTEST_ACTOR, policy=stored)
+                # A stream of this policy's own: entries left by an earlier (or crashed) run cannot leak in.
+                stack.env = dict(env, TRIAGE_INFERENCE_STREAM=f"triage:loadtest:{run}:{policy}")
+                for name in [n for n in stack.processes if n.startswith("vllm-")] + ["celery", "inference"]:
+                    stack.stop(name)
+                urls = self._start_vllm(stack, policy, o) if vllm else []
+                stack.start_celery(beat=False)
+                started = time.time()
+                stack.start_inference(["--policy", policy, "--consumer", f"loadtest-{policy}",
+                                       "--max-new-tokens", str(o["max_new_tokens"]),
+                                       *(["--model", o["model"]] if o["model"] else [])])
+                _wait_for_engine(started, timeout_s=180.0)
+                ids = self._replay(f"http://127.0.0.1:{port}", token, trace, o["timeout"])
+                label = f"vllm-{policy}" if vllm else policy
+                results.append(summarise(label, ids))
+                results[-1].update(backend=o["backend"], replicas=len(urls) or 1,
+                                   model=o["model"] or env.get("INFERENCE_MODEL", settings.TRIAGE["INFERENCE_MODEL"]))
+                if vllm:
+                    results[-1]["preemptions"]["vllm"] = _vllm_preemptions(urls)
+                self.stderr.write(f"{label}: {results[-1]['completed']}/{len(ids)} calls done")
+        finally:
+            stack.stop_all()
+            signal.signal(signal.SIGTERM, previous)
+            _delete_keys(f"triage:loadtest:{run}:*", queue, triage_task_pending_key(queue))
+            scheduler_settings_update(actor=LOADTEST_ACTOR, policy=configured)
+        return results
+
+    def _start_vllm(self, stack, policy: str, o: dict) -> list[str]:  # noqa: ANN001
+        """``--replicas`` vLLM servers running ``policy`` (ours: the plug-in); the worker is pointed at them."""
+        model = o["model"] or stack.env.get("INFERENCE_MODEL", settings.TRIAGE["INFERENCE_MODEL"])
+        urls = stack.start_vllm(model, replicas=o["replicas"], policy=policy, max_num_seqs=o["max_num_seqs"],
+                                served_name=settings.TRIAGE["VLLM_MODEL"],
+                                max_model_len=settings.TRIAGE["VLLM_MAX_MODEL_LEN"])
+        stack.env = dict(stack.env, INFERENCE_BACKEND="vllm", VLLM_URLS=",".join(urls),
+                         VLLM_MAX_NUM_SEQS=str(o["max_num_seqs"]))
+        return urls
+
+    def _replay(self, base: str, token: str, trace, timeout_s: float) -> list[int]:  # noqa: ANN001
+        from triage.models import FINAL_STATUSES, Call
+
+        stamp = uuid.uuid4().hex[:8]
+        started = time.monotonic()
+        ids: list[int] = []
+        lock = threading.Lock()
+
+        def post(item: tuple[int, tuple[float, dict]]) -> None:
+            i, (offset, record) = item
+            delay = started + offset - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            body = {
+                "external_id": f"lt-{stamp}-{i}", "transcript": record["transcript"],
+                "received_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+            }
+            req = urlrequest.Request(
+                f"{base}/api/v1/calls/", data=json.dumps(body).encode(), method="POST",
+                headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+            )
+            with urlrequest.urlopen(req, timeout=30) as resp:
+                call_id = json.loads(resp.read())["id"]
+            with lock:
+                ids.append(call_id)
+
+        with ThreadPoolExecutor(max_workers=16) as pool:
+            list(pool.map(post, enumerate(trace)))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if Call.objects.filter(pk__in=ids, status__in=FINAL_STATUSES).count() == len(ids):
+                break
+            time.sleep(1.0)
+        return ids
+
+    def _print(self, r: dict) -> None:
+        w = self.stdout.write
+        w(f"\n== {r['policy']}: {r['completed']}/{r['calls']} done, {r['throughput_tokens_per_s']} tok/s, "
+          f"preemptions {r['preemptions']}")
+        w("ESI  count  TTFT p50   TTFT p99   E2E p50    E2E p99    norm wait  triage p50 engine p50")
+        for level, s in r["by_esi"].items():
+            w(f"{level:>3}  {s['count']:>5}  {_f(s['ttft_p50'])}  {_f(s['ttft_p99'])}  {_f(s['e2e_p50'])}  "
+              f"{_f(s['e2e_p99'])}  {_f(s['normalized_wait_mean'])}  {_f(s['triage_p50'])}  "
+              f"{_f(s['queued_to_first_token_p50'])}")
+        if "vs_fcfs" in r:
+            w(f"vs FCFS: {json.dumps(r['vs_fcfs'])}")
+
+
+def _vllm_preemptions(urls: list[str]) -> int:
+    """Preemptions the servers made in this run (they start fresh for each policy)."""
+    from inference.backends.vllm_pool import server_metric
+
+    return int(sum(server_metric(url, "vllm:num_preemptions_total") for url in urls))
+
+
+def _delete_keys(pattern: str, *keys: str) -> None:
+    """Delete the keys matching ``pattern`` (this run's inference streams) and ``keys``."""
+    from triage.redis_clients import redis_client
+
+    client = redis_client()
+    for key in client.scan_iter(match=pattern, count=100):
+        client.delete(key)
+    client.delete(*keys)
+
+
+def _wait_for_engine(since: float, timeout_s: float) -> None:
+    """Until an inference worker started after `since` publishes its metrics (it has loaded its model)."""
+    from triage.redis_clients import ENGINE_METRICS_KEY, redis_client
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        updated = redis_client().hget(ENGINE_METRICS_KEY, "updated_at")
+        if updated is not None and float(updated) > since:
+            return
+        time.sleep(0.5)
+    raise CommandError(f"the inference worker did not come up within {timeout_s:.0f} s (see var/logs/loadtest/)")
+
+
+def _p(values: list[float], q: float) -> float | None:
+    value = percentile(values, q)
+    return None if value is None else round(value, 4)
+
+
+def _f(x: float | None) -> str:
+    return f"{x:9.3f}" if x is not None else "        -"
+
+
+def _ratios(r: dict, fcfs: dict) -> dict:
+    out = {}
+    for level, s in r["by_esi"].items():
+        base = fcfs["by_esi"][level]
+        if s["ttft_p50"] and base["ttft_p50"]:
+            out[f"esi{level}_ttft_p50"] = round(s["ttft_p50"] / base["ttft_p50"], 3)
+    if r["throughput_tokens_per_s"] and fcfs["throughput_tokens_per_s"]:
+        out["throughput"] = round(r["throughput_tokens_per_s"] / fcfs["throughput_tokens_per_s"], 3)
+    return out
+
+
+def _plot(results: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    width = 0.8 / max(1, len(results))
+    for i, r in enumerate(results):
+        xs = [int(level) + i * width for level in r["by_esi"]]
+        ax.bar(xs, [s["ttft_p50"] or 0 for s in r["by_esi"].values()], width=width, label=r["policy"])
+    ax.set_xlabel("ESI level")
+    ax.set_ylabel("TTFT p50 (s)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    print(f"plot written to {path}", file=sys.stderr)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt

@@ -1,0 +1,1 @@
+"""Reads: querysets and read models for the API and the board."""

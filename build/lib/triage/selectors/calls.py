@@ -1,0 +1,97 @@
+"""Calls as the API and the services read them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import QuerySet
+
+from inference.guidance.library import UNCLEAR, ProtocolLibrary, load_library
+from inference.guidance.plan import GuidancePlan, guidance_prompt, plan_guidance
+from triage.models import FINAL_STATUSES, ApiClient, Call
+
+UNKNOWN_FAMILY = "unknown"  # the family read when a call has no protocol selection (assessed before selection)
+
+
+def _visible_calls(client: ApiClient | None) -> QuerySet[Call]:
+    """All calls for a user with a role; an API client sees only the calls it posted."""
+    calls = Call.objects.select_related("tier", "assessment", "assessment__overridden_by")
+    return calls.filter(client=client) if client is not None else calls
+
+
+def call_get(*, call_id: int, client: ApiClient | None = None) -> Call | None:
+    return _visible_calls(client).filter(pk=call_id).first()
+
+
+def call_list(
+    *,
+    client: ApiClient | None = None,
+    statuses: Iterable[str] | None = None,
+    levels: Iterable[int] | None = None,
+    since: datetime | None = None,
+) -> QuerySet[Call]:
+    """Calls, newest first, filtered by status, effective ESI level (override included) and ``received_at >= since``."""
+    calls = _visible_calls(client)
+    if statuses:
+        calls = calls.filter(status__in=list(statuses))
+    if levels:
+        calls = calls.filter(level__in=list(levels))
+    if since is not None:
+        calls = calls.filter(received_at__gte=since)
+    return calls.order_by("-created_at", "-id")
+
+
+def guidance_plan(
+    *, protocol: str, family: str, level: int, patient_age: float | None, library: ProtocolLibrary | None = None
+) -> GuidancePlan:
+    """The plan a call's guidance reads out: its selected (or switched-to) protocol's band for its current
+    level, or the family's key questions when the selection is unclear or the protocol is no longer in the
+    library."""
+    library = library or load_library()
+    chosen = library.protocols.get(protocol)
+    if chosen is None:
+        family = family if family in library.families else UNKNOWN_FAMILY
+        return plan_guidance(library, UNCLEAR, family, level, patient_age)
+    return plan_guidance(library, chosen.id, chosen.family, level, patient_age)
+
+
+@dataclass(frozen=True)
+class GenerationInput:
+    """What the inference worker generates for a call, read from the call itself."""
+
+    level: int | None
+    tier: str  # "" without a tier
+    prompt: str
+    accepted_at_s: float  # Unix seconds: the scheduler's arrival
+    predicted_output_tokens: int | None  # None until the call is triaged
+    plan: GuidancePlan | None  # what the guidance must read out (the stream guard holds it to this)
+    generation: int = 0  # the call's guidance generation: a result of an earlier one is not stored
+
+
+def calls_generation_input(*, call_ids: Iterable[int]) -> dict[int, GenerationInput | None]:
+    """For the inference worker's intake: each existing call's prompt, current level and tier, arrival and
+    predicted length, or None when it needs no generation any more (done, failed or cancelled). Calls that do
+    not exist are absent.
+
+    The database, not the stream entry, says what to generate: an entry only says which call is ready. Its level
+    is the one at enqueue time (a dispatcher's later override is here), and an entry left in a Redis that
+    outlived its database (or that a test run shared) names a call id that may now be another call."""
+    rows = Call.objects.filter(pk__in=list(call_ids)).values_list(
+        "pk", "status", "level", "tier__name", "transcript", "created_at", "assessment__predicted_output_tokens",
+        "assessment__protocol", "assessment__protocol_family", "assessment__patient_age", "guidance_generation",
+    )
+    library = load_library()
+    out: dict[int, GenerationInput | None] = {}
+    for pk, status, level, tier, transcript, created_at, predicted, protocol, family, age, generation in rows:
+        if status in FINAL_STATUSES:
+            out[pk] = None
+            continue
+        plan = None if level is None else guidance_plan(protocol=protocol or "", family=family or "", level=level,
+                                                        patient_age=age, library=library)
+        out[pk] = GenerationInput(
+            level=level, tier=tier or "", prompt=guidance_prompt(plan, transcript) if plan else "",
+            accepted_at_s=created_at.timestamp(), predicted_output_tokens=predicted, plan=plan, generation=generation,
+        )
+    return out

@@ -1,0 +1,19 @@
+"""Finding the API client behind a bearer token."""
+
+from __future__ import annotations
+
+import hmac
+
+from triage.models import ApiClient
+from triage.services.clients import token_hash, token_split
+
+
+def api_client_for_token(token: str) -> ApiClient | None:
+    """The active client whose token this is; None for an unknown, malformed, rotated or inactive token."""
+    parts = token_split(token)
+    if parts is None:
+        return None
+    client = ApiClient.objects.filter(token_prefix=parts[0], is_active=True).first()
+    if client is None or not hmac.compare_digest(client.token_hash, token_hash(token)):
+        return None
+    return client

@@ -1,0 +1,68 @@
+"""Dispatcher actions on the board that are not call-lifecycle transitions: acknowledge and close.
+
+Like every service: keyword-only arguments, one transaction, the audit row in it (naming the
+actor), the dashboard event on commit.
+"""
+
+from __future__ import annotations
+
+from django.db import transaction
+from django.utils import timezone
+
+from triage.models import FINAL_STATUSES, Call
+from triage.realtime import call_changed_on_commit
+from triage.roles import is_dispatcher
+
+from .audit import audit_record
+from .errors import Conflict, NotAllowed, field_error
+
+OUTCOME_MAX_CHARS = 200
+
+
+def _require_dispatcher(user: object) -> None:
+    if not is_dispatcher(user):
+        raise NotAllowed("only dispatchers and supervisors may act on calls")
+
+
+def call_acknowledge(*, call: Call, user: object) -> Call:
+    """Record that a dispatcher has seen a call (idempotent: the first acknowledgement stands)."""
+    _require_dispatcher(user)
+    with transaction.atomic():
+        locked = Call.objects.select_for_update().get(pk=call.pk)
+        if locked.acknowledged_at is not None:
+            return locked
+        locked.acknowledged_at = timezone.now()
+        locked.acknowledged_by = user
+        locked.save(update_fields=["acknowledged_at", "acknowledged_by"])
+        audit_record(action="call.acknowledged", actor=user, call=locked, data={})
+        call_changed_on_commit(locked.pk)
+    return locked
+
+
+def call_close(*, call: Call, user: object, outcome: str) -> Call:
+    """Close a finished call with its outcome; it leaves the live board and stays searchable.
+
+    Only a call whose generation has ended (done, failed or cancelled) can be closed: an active call
+    is cancelled first.
+    """
+    _require_dispatcher(user)
+    outcome = (outcome or "").strip()
+    if not outcome:
+        raise field_error("outcome", "say what happened to the call")
+    if len(outcome) > OUTCOME_MAX_CHARS:
+        raise field_error("outcome", f"at most {OUTCOME_MAX_CHARS} characters")
+    with transaction.atomic():
+        locked = Call.objects.select_for_update().get(pk=call.pk)
+        if locked.closed_at is not None:
+            raise Conflict("this call is already closed", fields={"outcome": ["already closed"]})
+        if locked.status not in FINAL_STATUSES:
+            raise Conflict(
+                f"a {locked.status} call cannot be closed; cancel it first",
+                fields={"status": [f"cannot close a {locked.status} call"]},
+            )
+        locked.closed_at = timezone.now()
+        locked.outcome = outcome
+        locked.save(update_fields=["closed_at", "outcome"])
+        audit_record(action="call.closed", actor=user, call=locked, data={"outcome": outcome})
+        call_changed_on_commit(locked.pk)
+    return locked

@@ -1,0 +1,66 @@
+"""How an accepted call reaches the Celery triage task, at most one published task per burst.
+
+A task drains every ``received`` call (``batching.call_triage_micro_batch``), so one waiting in the broker stands
+for every call committed before it starts: ``send_triage_task`` publishes only when no task waits (a Redis
+slot, set NX with a TTL), and a task frees the slot as it starts. The task is published by name, so the
+services never import the task module (which imports them).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+from redis import RedisError
+
+from triage.celery import app as celery_app
+from triage.redis_clients import get_redis
+
+logger = logging.getLogger(__name__)
+TRIAGE_TASK = "triage.tasks.triage_call"
+
+
+def triage_task_pending_key(queue: str) -> str:
+    """The Redis key that marks a triage task waiting, not yet started, on Celery queue ``queue``."""
+    return f"triage:triage-task:pending:{queue}"
+
+
+TRIAGE_TASK_PENDING_KEY = triage_task_pending_key(settings.CELERY_TASK_DEFAULT_QUEUE)
+
+
+def send_triage_task(call_id: int) -> bool:
+    """Hand a call to the Celery triage task; a broker outage is logged, not raised: the sweep re-sends.
+
+    Coalesced: at most one triage task waits in the broker at a time (``TRIAGE_TASK_PENDING_KEY``, set NX
+    with a TTL). A task clears the key before it claims calls and then drains every ``received`` call, so a
+    call committed while the key was set is claimed by the task that set it: under a burst, one publish
+    (~1.5 ms of the web process's CPU) serves many calls. Without Redis the task is sent anyway."""
+    if not _claim_task_slot(call_id):
+        return True  # a task that has not started yet will claim this call
+    try:
+        celery_app.send_task(TRIAGE_TASK, args=(call_id,))
+    except Exception:  # kombu raises several unrelated types when the broker is away
+        logger.warning("triage task for call %s not sent; the sweep will re-send it", call_id, exc_info=True,
+                       extra={"call_id": call_id})
+        triage_task_slot_release()  # let the next call try to publish
+        return False
+    return True
+
+
+def triage_task_slot_release() -> None:
+    """Free the slot: a triage task is about to claim calls, so calls committed from now on need a task of their
+    own (or a publish failed, and the next call must try again)."""
+    try:
+        get_redis().delete(TRIAGE_TASK_PENDING_KEY)
+    except RedisError:
+        logger.warning("could not clear %s; it expires by itself", TRIAGE_TASK_PENDING_KEY, exc_info=True)
+
+
+def _claim_task_slot(call_id: int) -> bool:
+    ttl_s = settings.TRIAGE["TRIAGE_TASK_COALESCE_S"]
+    if ttl_s <= 0:
+        return True
+    try:
+        return bool(get_redis().set(TRIAGE_TASK_PENDING_KEY, call_id, nx=True, px=int(ttl_s * 1000)))
+    except RedisError:
+        return True  # the publish will tell whether the broker (the same Redis) is really away

@@ -1,0 +1,76 @@
+"""A dispatcher overrides the ESI level of a triaged call; the running scheduler re-prioritises at once."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from triage.models import ESI_LEVELS, FINAL_STATUSES, Call, TriageAssessment
+from triage.realtime import call_changed_on_commit
+from triage.roles import is_dispatcher
+from triage.streams import control_publish_on_commit
+
+from .assessments import tier_for_level
+from .audit import audit_record
+from .errors import Conflict, NotAllowed, field_error
+
+OVERRIDE_REASON_MAX_CHARS = 1000
+
+
+def call_override_level(
+    *, call: Call, level: int, reason: str, user: AbstractBaseUser, disputed_reason: str = ""
+) -> Call:
+    """Set the call's level to ``level`` for ``reason``; dispatchers (and supervisors) only. ``disputed_reason``
+    names which of the assessment's reasons the dispatcher disagrees with ("" for none in particular).
+
+    Publishes ``{"kind": "reprioritise", "call_id", "level", "tier"}`` on the control channel after the commit
+    (``tier``: the tier of the new level, "" when no tier claims it).
+    """
+    _check_override(level=level, reason=reason, user=user)
+    with transaction.atomic():
+        locked = Call.objects.select_for_update().get(pk=call.pk)
+        if locked.status in FINAL_STATUSES:
+            raise Conflict(f"a {locked.status} call cannot be re-prioritised", fields={"esi": ["call is finished"]})
+        assessment = TriageAssessment.objects.filter(call=locked).first()
+        if assessment is None:
+            raise Conflict("the call has not been triaged yet", fields={"esi": ["call not triaged yet"]})
+        if disputed_reason and disputed_reason not in assessment.reasons:
+            raise field_error("disputed_reason", "Must be one of the assessment's reasons.", code="invalid_choice")
+        previous = locked.level
+        assessment.override_esi = level
+        assessment.overridden_by = user
+        assessment.overridden_at = timezone.now()
+        assessment.override_reason = reason.strip()
+        assessment.override_disputed_reason = disputed_reason
+        assessment.save(update_fields=[
+            "override_esi", "overridden_by", "overridden_at", "override_reason", "override_disputed_reason",
+        ])
+        locked.level = level
+        locked.tier = tier_for_level(level)
+        locked.save(update_fields=["level", "tier"])
+        audit_record(
+            action="call.level_overridden", actor=user, call=locked,
+            data={
+                "from_level": previous, "to_level": level, "reason": assessment.override_reason,
+                "disputed_reason": disputed_reason, "decision_point": assessment.decision_point,
+            },
+        )
+        call_changed_on_commit(locked.pk)
+        control_publish_on_commit({
+            "kind": "reprioritise", "call_id": locked.pk, "level": level,
+            "tier": locked.tier.name if locked.tier else "",
+        })
+    call.level, call.tier = locked.level, locked.tier
+    return locked
+
+
+def _check_override(*, level: int, reason: str, user: AbstractBaseUser) -> None:
+    if not is_dispatcher(user):
+        raise NotAllowed("only dispatchers may override a call's level")
+    if isinstance(level, bool) or level not in ESI_LEVELS:
+        raise field_error("esi", "ESI must be an integer from 1 to 5.")
+    if not reason or not reason.strip():
+        raise field_error("reason", "A reason is required to override the ESI level.", code="required")
+    if len(reason) > OVERRIDE_REASON_MAX_CHARS:
+        raise field_error("reason", f"At most {OVERRIDE_REASON_MAX_CHARS} characters.")

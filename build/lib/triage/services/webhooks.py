@@ -1,0 +1,252 @@
+"""Webhooks: a call system hears that its call was triaged, is done or failed, without polling
+(docs/call-systems.md).
+
+* An API client may have a ``webhook_url`` (http or https) and always has a signing secret, drawn when the
+  client is created and again on ``api_client_rotate_webhook_secret``.
+* The services that move a call to ``triaged``, ``done`` or ``failed`` call ``calls_webhook_on_commit`` inside
+  their transaction; it builds the payload from the state being committed and publishes the Celery task
+  ``deliver_webhook`` once the transaction commits — a rolled-back change sends nothing.
+* The task POSTs the JSON body signed with HMAC-SHA256 over ``<t>.<body>`` (``X-Triage-Signature:
+  t=<unix>,v1=<hex>``), records every attempt as a ``WebhookDelivery`` row, and retries a failure (no answer,
+  or not 2xx) with exponential backoff, at most ``WEBHOOK_MAX_ATTEMPTS`` attempts in all. The event id stays
+  the same across attempts, so a receiver can drop a repeat (a worker that died mid-POST sends it again).
+
+Server-side request forgery: the URL is set by our administrators, not by the call systems, but a webhook still
+makes this server connect where it is told. Unless ``WEBHOOK_ALLOW_PRIVATE_NETWORKS`` is on, a URL whose host
+resolves to a loopback, private, link-local or otherwise non-global address is refused at each attempt.
+The check resolves the name before urllib resolves it again, so a DNS answer that changes in between
+(rebinding) is not caught; put an egress proxy or firewall in front of the workers where that matters.
+Redirects are not followed (a 3xx is a failed attempt), so a public URL cannot bounce the POST inward.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import json
+import logging
+import secrets
+import socket
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+from functools import partial
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.db import transaction
+from django.urls import reverse
+from django.utils import timezone
+
+from triage.celery import app as celery_app
+from triage.models import ApiClient, Call, CallStatus, WebhookDelivery
+
+from .audit import Actor, audit_record
+from .errors import field_error
+
+logger = logging.getLogger(__name__)
+
+DELIVER_TASK = "triage.tasks.deliver_webhook"  # published by name: services never import the task module
+WEBHOOK_EVENTS = {CallStatus.TRIAGED: "call.triaged", CallStatus.DONE: "call.done", CallStatus.FAILED: "call.failed"}
+SIGNATURE_HEADER = "X-Triage-Signature"
+SECRET_PREFIX = "whsec_"
+URL_MAX_CHARS = 500
+ERROR_MAX_CHARS = 500
+
+
+def webhook_secret_new() -> str:
+    return SECRET_PREFIX + secrets.token_urlsafe(32)
+
+
+def webhook_url_clean(url: str) -> str:
+    """``url`` if it is an http(s) URL with a host and no credentials, else a DomainError naming the field."""
+    url = url.strip()
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise field_error("webhook_url", "an http:// or https:// URL with a host")
+    if parts.username or parts.password:
+        raise field_error("webhook_url", "no user or password in the URL (the signature authenticates us)")
+    if len(url) > URL_MAX_CHARS:
+        raise field_error("webhook_url", f"at most {URL_MAX_CHARS} characters")
+    return url
+
+
+def api_client_set_webhook(*, client: ApiClient, url: str, actor: Actor) -> ApiClient:
+    """Set (or, with ``""``, remove) the client's webhook URL; a client without a secret gets one."""
+    client.webhook_url = webhook_url_clean(url)
+    fields = ["webhook_url"]
+    if not client.webhook_secret:
+        client.webhook_secret = webhook_secret_new()
+        fields.append("webhook_secret")
+    with transaction.atomic():
+        client.save(update_fields=fields)
+        audit_record(action="api_client.webhook_set", actor=actor,
+                     data={"client": client.name, "webhook_url": client.webhook_url})
+    return client
+
+
+def api_client_rotate_webhook_secret(*, client: ApiClient, actor: Actor) -> str:
+    """A new signing secret for the client's webhooks; the old one stops being used at once. Returns it."""
+    client.webhook_secret = webhook_secret_new()
+    with transaction.atomic():
+        client.save(update_fields=["webhook_secret"])
+        audit_record(action="api_client.webhook_secret_rotated", actor=actor, data={"client": client.name})
+    return client.webhook_secret
+
+
+# --- events ------------------------------------------------------------------------------------------------
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def webhook_payload(*, call: Call, event: str, event_id: str, occurred_at: datetime) -> dict[str, Any]:
+    """The JSON body of an event: what the call looks like in the transaction that caused it."""
+    data: dict[str, Any] = {
+        "id": call.pk,
+        "external_id": call.external_id,
+        "status": call.status,
+        "esi": call.level,
+        "tier": call.tier.name if call.tier_id else None,
+        "received_at": _iso(call.received_at),
+        "triaged_at": _iso(call.triaged_at),
+        "url": reverse("api-call-detail", args=[call.pk]),
+        "stream_url": reverse("api-call-stream", args=[call.pk]),
+    }
+    if event == WEBHOOK_EVENTS[CallStatus.DONE]:
+        data.update(done_at=_iso(call.done_at), guidance=call.guidance,
+                    guidance_protocol=call.guidance_protocol, off_protocol=call.off_protocol_sentences > 0)
+    elif event == WEBHOOK_EVENTS[CallStatus.FAILED]:
+        data.update(failed_at=_iso(call.failed_at), failure_reason=call.failure_reason)
+    return {"id": event_id, "type": event, "created_at": _iso(occurred_at), "call": data}
+
+
+def calls_webhook_on_commit(calls: Sequence[Call], *, status: str) -> None:
+    """Inside the transaction that moves ``calls`` to ``status``: their clients' webhooks get the event once it
+    commits. One query finds which clients have a webhook; calls of other clients cost nothing more."""
+    event = WEBHOOK_EVENTS.get(status)
+    client_ids = {call.client_id for call in calls if call.client_id is not None}
+    if event is None or not client_ids:
+        return
+    hooked = set(
+        ApiClient.objects.filter(pk__in=client_ids, is_active=True).exclude(webhook_url="").values_list("pk", flat=True)
+    )
+    now = timezone.now()
+    for call in calls:
+        if call.client_id in hooked:
+            event_id = str(uuid.uuid4())
+            payload = webhook_payload(call=call, event=event, event_id=event_id, occurred_at=now)
+            transaction.on_commit(partial(webhook_send, client_id=call.client_id, call_id=call.pk, payload=payload))
+
+
+def webhook_send(*, client_id: int, call_id: int, payload: dict[str, Any]) -> bool:
+    """Publish the delivery task. A broker that is away loses this event (logged): the call itself is safe,
+    and the client can still read it with GET calls/<id>/."""
+    try:
+        celery_app.send_task(DELIVER_TASK, kwargs={"client_id": client_id, "call_id": call_id, "payload": payload})
+    except Exception:  # kombu raises several unrelated types when the broker is away
+        logger.warning("webhook %s for call %s not sent", payload.get("type"), call_id, exc_info=True)
+        return False
+    return True
+
+
+# --- delivery ----------------------------------------------------------------------------------------------
+
+
+def webhook_signature(*, secret: str, timestamp: int, body: bytes) -> str:
+    """The ``X-Triage-Signature`` value: ``t=<timestamp>,v1=<hex HMAC-SHA256 of "<timestamp>." + body>``."""
+    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={digest}"
+
+
+def webhook_backoff_s(attempt: int) -> float:
+    """Seconds before attempt ``attempt + 1``: base, 2·base, 4·base, … capped."""
+    triage = settings.TRIAGE
+    return min(triage["WEBHOOK_BACKOFF_S"] * 2 ** (attempt - 1), triage["WEBHOOK_BACKOFF_MAX_S"])
+
+
+def _refused_address(url: str) -> str | None:
+    """Why ``url`` may not be called (a non-global address), or None."""
+    if settings.TRIAGE["WEBHOOK_ALLOW_PRIVATE_NETWORKS"]:
+        return None
+    parts = urlsplit(url)
+    try:
+        infos = socket.getaddrinfo(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80),
+                                   type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        return f"cannot resolve {parts.hostname}: {exc}"
+    for info in infos:
+        address = ipaddress.ip_address(info[4][0].split("%")[0])
+        if not address.is_global:
+            return f"{parts.hostname} resolves to {address}, not a public address"
+    return None
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # a 3xx comes back as an HTTPError: a failed attempt
+
+
+_opener = urllib.request.build_opener(_NoRedirect)
+
+
+def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int | None, str]:
+    """(status code, error) of one POST; error is empty for a 2xx."""
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with _opener.open(request, timeout=settings.TRIAGE["WEBHOOK_TIMEOUT_S"]) as response:
+            return response.status, ""
+    except urllib.error.HTTPError as exc:
+        exc.close()
+        return exc.code, f"HTTP {exc.code} {exc.reason}"
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return None, f"{type(reason).__name__}: {reason}"
+
+
+def webhook_deliver(*, client_id: int, call_id: int, payload: dict[str, Any], attempt: int) -> WebhookDelivery:
+    """One attempt at one event, recorded whatever happens. ``outcome`` says whether to try again."""
+    client = ApiClient.objects.filter(pk=client_id).first()
+    started = timezone.now()
+    clock = time.monotonic()
+    url = client.webhook_url if client is not None else ""
+    status_code: int | None = None
+    if client is None or not client.is_active or not url:
+        error = "the client has no webhook any more" if client is not None else "the client no longer exists"
+        outcome = WebhookDelivery.Outcome.SKIPPED
+    elif refused := _refused_address(url):
+        error, outcome = refused, WebhookDelivery.Outcome.SKIPPED
+    else:
+        body = json.dumps(payload, ensure_ascii=False, separators=(",", ":"), sort_keys=True).encode()
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "triage-webhooks/1",
+            "X-Triage-Event": str(payload.get("type", "")),
+            "X-Triage-Event-Id": str(payload.get("id", "")),
+            "X-Triage-Attempt": str(attempt),
+            SIGNATURE_HEADER: webhook_signature(secret=client.webhook_secret, timestamp=int(time.time()), body=body),
+        }
+        status_code, error = _post(url, body, headers)
+        if not error:
+            outcome = WebhookDelivery.Outcome.DELIVERED
+        elif attempt < settings.TRIAGE["WEBHOOK_MAX_ATTEMPTS"]:
+            outcome = WebhookDelivery.Outcome.RETRYING
+        else:
+            outcome = WebhookDelivery.Outcome.GAVE_UP
+    if client is None:
+        logger.warning("webhook %s for call %s: %s", payload.get("type"), call_id, error)
+        return WebhookDelivery(event=str(payload.get("type", "")), attempt=attempt, outcome=outcome, error=error)
+    return WebhookDelivery.objects.create(
+        client=client, call_id=call_id if Call.objects.filter(pk=call_id).exists() else None,
+        event_id=payload.get("id") or uuid.uuid4(), event=str(payload.get("type", ""))[:30], url=url[:URL_MAX_CHARS],
+        attempt=attempt, outcome=outcome, status_code=status_code, error=error[:ERROR_MAX_CHARS],
+        started_at=started, finished_at=timezone.now(), duration_ms=round((time.monotonic() - clock) * 1000, 1),
+    )
