@@ -32,8 +32,8 @@ def fit_esi_head(inputs: CallInputs, esi: torch.Tensor, cfg: HeadConfig) -> Line
 
 
 def fit_protocol_head(inputs: CallInputs, labels: torch.Tensor, n_protocols: int, cfg: HeadConfig) -> LinearHead:
-    """``labels``: protocol indices. With ``class_weight_power`` 0.5, rare protocols count more without the
-    catch-all ("sick_person") being starved."""
+    """``labels``: protocol indices. ``class_weight_power`` 1 weighs every protocol alike (rare ones as much as
+    the catch-all "sick_person"); 0.5, by the square root of its rarity."""
     return fit_softmax(inputs.matrix(cfg.clinical_weight), labels, n_protocols, l2=cfg.l2,
                        class_weight_power=cfg.class_weight_power)
 
