@@ -138,7 +138,8 @@ def _protocol_section(metrics: dict[str, Any]) -> list[str]:
     lines = [
         "## Protocol selection, side by side",
         "",
-        f"Protocol library `{metrics['protocol_library']}` (fixtures/guidance/). A logistic regression on the n-grams; "
+        f"Protocol library `{metrics['protocol_library']}` (fixtures/guidance/). A logistic regression on the n-grams "
+        f"(and the catalogue's clinical features at weight {metrics['config']['protocol']['clinical_weight']:g}); "
         f"below a confidence of {validation['threshold']:.2f}, or less than {validation.get('margin', 0.0):.3f} ahead of "
         f"the runner-up (both tuned on {validation['method']}: fewest {validation.get('wrong_confident_cost', 2):g} x "
         "wrong-and-confident + unclear), the selection is `unclear` and the family's key questions are read.",
