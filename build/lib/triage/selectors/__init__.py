@@ -1,1 +1,0 @@
-"""Reads: querysets and read models for the API and the board."""
