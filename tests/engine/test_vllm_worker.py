@@ -55,8 +55,9 @@ def test_calls_cancelled_mid_burst_are_aborted_and_never_stored_as_done(replicas
     worker = start_inference_worker("vllm-cancel", extra_env=_vllm_env(replicas), max_new_tokens=160)
     _wait_for(lambda: Counter(statuses(ids).values())[CallStatus.DECODING] >= 1, 90, "a call decoding", worker.log)
     current = statuses(ids)
-    chosen = [i for i in ids if current[i] == CallStatus.DECODING][:1] + \
-             [i for i in reversed(ids) if current[i] == CallStatus.QUEUED][:3]
+    # one call decoding, and the last three not started yet (queued at the worker or still on the stream)
+    not_started = [i for i in reversed(ids) if current[i] not in (*IN_FLIGHT, CallStatus.DONE, CallStatus.CANCELLED)]
+    chosen = [i for i in ids if current[i] == CallStatus.DECODING][:1] + not_started[:3]
     cancelled = []
     for call_id in chosen:
         call = Call.objects.get(pk=call_id)

@@ -241,11 +241,13 @@ class StreamIntake:
 
     def add_to_engine(self, call_id: int, call: GenerationInput, fields: dict[str, str] | None = None) -> None:
         fields = fields or {}
+        # Held to its plan while generating where the executor enforces it; elsewhere the stream guard holds it.
+        read_out = self.guidance.read_out(call.plan) if self.engine.constrains_read_out else None
         self.engine.add_request(
             str(call_id), call.prompt, level=call.level or min(5, _number(fields, "level", 3)), tier=call.tier or None,
             predicted_output_tokens=call.predicted_output_tokens or _number(fields, "predicted_output_tokens", 64),
             arrival_s=call.accepted_at_s,
-            **({"read_out": self.guidance.read_out(call.plan)} if self.engine.constrains_read_out else {}),
+            read_out=read_out,
         )
         self.guidance.admitted(str(call_id), call.plan, call.generation)
 
