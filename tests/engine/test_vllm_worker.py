@@ -51,9 +51,12 @@ def test_calls_cancelled_mid_burst_are_aborted_and_never_stored_as_done(replicas
                                                                        monkeypatch):
     from triage.services.calls import call_cancel
 
-    ids = burst(20, monkeypatch, predicted_output_tokens=120)
+    # Enough calls for the last ones to wait a while behind four slots: the tiny model is fast, so a call may
+    # start and finish between two reads of the database.
+    ids = burst(60, monkeypatch, predicted_output_tokens=120)
     worker = start_inference_worker("vllm-cancel", extra_env=_vllm_env(replicas), max_new_tokens=160)
-    _wait_for(lambda: Counter(statuses(ids).values())[CallStatus.DECODING] >= 1, 90, "a call decoding", worker.log)
+    started = (*IN_FLIGHT, CallStatus.DONE)
+    _wait_for(lambda: any(s in started for s in statuses(ids).values()), 90, "a call started", worker.log)
     current = statuses(ids)
     # one call decoding, and the last three not started yet (queued at the worker or still on the stream)
     not_started = [i for i in reversed(ids) if current[i] not in (*IN_FLIGHT, CallStatus.DONE, CallStatus.CANCELLED)]
@@ -73,7 +76,7 @@ def test_calls_cancelled_mid_burst_are_aborted_and_never_stored_as_done(replicas
 
 def test_killing_one_of_two_vllm_replicas_mid_burst_loses_no_call(replicas, start_inference_worker, monkeypatch):
     a, b = replicas  # the module's last test: it kills b
-    ids = burst(30, monkeypatch, predicted_output_tokens=120)
+    ids = burst(60, monkeypatch, predicted_output_tokens=120)  # enough that both replicas are busy when b dies
     worker = start_inference_worker("vllm-two", extra_env=_vllm_env([a, b]), max_new_tokens=160)
 
     def mid_burst() -> bool:
