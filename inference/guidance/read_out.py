@@ -6,8 +6,9 @@ to read and in which order, and when to stop. The stream guard keeps judging eve
 a model that is not constrained: vLLM servers, or a similarity threshold).
 
 The sentences are given as token ids, as the model writes them after the prompt (each preceded by its space):
-a token trie over them, walked one token at a time. Costs: building O(total plan tokens); ``allowed`` O(k)
-for k candidate tokens at the current node (the root has one per unused sentence); ``advance`` O(1).
+a token trie over them, walked one token at a time. Costs: building O(total plan tokens); ``allowed`` O(k s)
+for k candidate tokens at the current node and s sentences (the root has one candidate per unused sentence);
+``advance`` O(s).
 No torch, no Django.
 """
 
