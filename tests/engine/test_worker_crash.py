@@ -25,7 +25,10 @@ from triage.redis_clients import get_redis
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BURST = 24
+# Several of the engine's batches (16), so calls finish in waves and a flush (every 0.1 s) finds some stored
+# and some mid-generation: on a fast machine the tiny model took a 24-call burst from queued to done within
+# one flush.
+BURST = 96
 MAX_NEW_TOKENS = 48
 GROUP = "inference"
 IN_FLIGHT = (CallStatus.PREFILLING, CallStatus.DECODING, CallStatus.PREEMPTED)
