@@ -299,6 +299,10 @@ TRIAGE = {
     "VLLM_POLICY": os.environ.get("VLLM_POLICY", "semantic"),
     "VLLM_MAX_NUM_SEQS": _env_int("VLLM_MAX_NUM_SEQS", 32),
     "VLLM_MAX_MODEL_LEN": _env_int("VLLM_MAX_MODEL_LEN", 512),
+    # Each local server's --max-num-batched-tokens: the tokens one engine step computes, so how long a step lasts
+    # and how soon an urgent arrival can be let in (a scheduler acts only between steps). On a CPU vLLM's 2048
+    # makes a step last seconds (BENCHMARKS.md, "vLLM"); 0: vLLM's own default (GPUs).
+    "VLLM_MAX_NUM_BATCHED_TOKENS": _env_int("VLLM_MAX_NUM_BATCHED_TOKENS", 256),
 }
 
 LOGGING = {

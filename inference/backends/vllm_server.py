@@ -25,11 +25,15 @@ def vllm_python() -> Path:
 
 
 def server_argv(model: str, port: int, *, policy: str = "semantic", max_num_seqs: int = 32,
-                max_model_len: int = 512, served_name: str = "guidance", dtype: str = "float32") -> list[str]:
+                max_model_len: int = 512, served_name: str = "guidance", dtype: str = "float32",
+                max_num_batched_tokens: int = 0) -> list[str]:
+    """The server's command line; ``max_num_batched_tokens`` 0 keeps vLLM's default step budget."""
     argv = [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", model,
             "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
             "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs), "--enforce-eager",
             "--scheduling-policy", "fcfs" if policy == "fcfs" else "priority"]
+    if max_num_batched_tokens:
+        argv += ["--max-num-batched-tokens", str(max_num_batched_tokens)]
     if policy == "semantic":
         argv += ["--scheduler-cls", PLUGIN]
     return argv

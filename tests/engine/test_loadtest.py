@@ -44,3 +44,26 @@ def test_loadtest_replays_one_trace_per_policy_through_the_whole_stack_and_compa
         assert set(r["preemptions"]) == {"swap", "recompute", "partial"}
         assert r["throughput_tokens_per_s"] > 0 and "throughput" in r["vs_fcfs"]
     assert Call.objects.filter(status=CallStatus.DONE).count() == 2 * CALLS  # one trace per policy, none lost
+
+
+def test_a_level_filtered_trace_keeps_exactly_the_calls_triage_puts_at_those_levels(
+    triage_predictor, trained_predictors_dir, settings
+):
+    from tests.fixtures.predictors import REAL_PREDICTOR_LOADER
+    from triage.management.commands.loadtest import CORPUS, load_trace, only_levels
+
+    settings.TRIAGE = {**settings.TRIAGE, "PREDICTORS_DIR": str(trained_predictors_dir),
+                       "PREDICTOR_LOADER": REAL_PREDICTOR_LOADER}
+    trace = load_trace(CORPUS, 60, "burst", 5.0, 7)
+    kept = only_levels(trace, {1})
+    assert 0 < len(kept) < len(trace)
+    assert all(p.esi == 1 for p in triage_predictor.predict([record["transcript"] for _, record in kept]))
+    assert [record["id"] for _, record in kept] == [r["id"] for _, r in trace if any(r is k for _, k in kept)]
+
+
+def test_a_vllm_server_gets_the_step_budget_it_is_given_and_vllms_own_without_one():
+    from inference.backends.vllm_server import server_argv
+
+    argv = server_argv("models/m", 8100, max_num_batched_tokens=256)
+    assert argv[argv.index("--max-num-batched-tokens") + 1] == "256"
+    assert "--max-num-batched-tokens" not in server_argv("models/m", 8100)

@@ -43,4 +43,15 @@ def test_the_request_fields_the_plugin_reads_exist():
                   "self.status"):
         assert field in init
     assert isinstance(inspect.getattr_static(Request, "num_output_tokens"), property)
+    assert isinstance(inspect.getattr_static(Request, "num_tokens"), property)
     assert {RequestStatus.WAITING, RequestStatus.PREEMPTED, RequestStatus.RUNNING}
+
+
+def test_the_step_budget_goes_to_the_running_requests_in_list_order():
+    """The plug-in sorts ``self.running`` by key so that urgent prefill chunks are computed first, and bounds
+    its displacements by ``max_num_scheduled_tokens``."""
+    assert "self.max_num_scheduled_tokens" in inspect.getsource(Scheduler.__init__)
+    schedule = inspect.getsource(Scheduler.schedule)
+    assert "token_budget = self.max_num_scheduled_tokens" in schedule
+    assert "while req_index < len(self.running) and token_budget > 0:" in schedule
+    assert "request = self.running[req_index]" in schedule

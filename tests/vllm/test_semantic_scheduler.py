@@ -45,9 +45,10 @@ def run(engine, arrivals: dict[int, list[tuple[str, str, SamplingParams]]]) -> R
     return result
 
 
-def full_batch_then_urgent(tag: str, **low_xargs: float) -> dict[int, list[tuple[str, str, SamplingParams]]]:
+def full_batch_then_urgent(tag: str, urgent_xargs: dict | None = None,
+                           **low_xargs: float) -> dict[int, list[tuple[str, str, SamplingParams]]]:
     lows = [(f"{tag}-low{i}", f"{PROMPT} caller {i}", params(5, LOW_TOKENS, **low_xargs)) for i in range(4)]
-    return {0: lows, 5: [(f"{tag}-urgent", PROMPT, params(1, 30))]}
+    return {0: lows, 5: [(f"{tag}-urgent", PROMPT, params(1, 30, **(urgent_xargs or {})))]}
 
 
 def test_an_esi1_request_preempts_a_full_batch_of_esi5_and_gets_its_first_token_at_once(semantic_engine,
@@ -72,6 +73,17 @@ def test_every_preempted_request_completes_with_the_text_it_produces_alone(seman
 def test_a_request_at_its_preemption_cap_keeps_its_slot(semantic_engine):
     capped = run(semantic_engine, full_batch_then_urgent("capped", triage_max_preemptions=0))
     assert capped.first_token_step["capped-urgent"] - 5 > 50
+
+
+def test_with_preempt_on_arrival_off_an_urgent_request_waits_for_a_free_slot(semantic_engine):
+    waits = run(semantic_engine, full_batch_then_urgent("off", urgent_xargs={"triage_preempt_on_arrival": False}))
+    assert waits.first_token_step["off-urgent"] - 5 > 50
+
+
+def test_limited_preemption_protects_running_requests_past_c_times_their_predicted_length(semantic_engine):
+    # each ESI-5 request has generated more than 0.01 x its 120 predicted tokens by step 5
+    limited = run(semantic_engine, full_batch_then_urgent("limited", triage_limited_c=0.01))
+    assert limited.first_token_step["limited-urgent"] - 5 > 50
 
 
 def test_an_aged_request_overtakes_a_fresher_more_urgent_one_only_once_its_steps_have_passed(tiny_model):

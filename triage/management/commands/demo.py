@@ -70,7 +70,8 @@ class Command(BaseCommand):
             self.stdout.write("starting a vLLM server with the semantic plug-in (about a minute)...")
             urls = stack.start_vllm(t["INFERENCE_MODEL"], policy=t["VLLM_POLICY"],
                                     max_num_seqs=t["VLLM_MAX_NUM_SEQS"], max_model_len=t["VLLM_MAX_MODEL_LEN"],
-                                    served_name=t["VLLM_MODEL"])
+                                    served_name=t["VLLM_MODEL"],
+                                    max_num_batched_tokens=t["VLLM_MAX_NUM_BATCHED_TOKENS"])
             stack.env = dict(stack.env, VLLM_URLS=",".join(urls))
             self.stdout.write(f"vLLM:   {', '.join(urls)}")
         stack.start_inference()

@@ -10,6 +10,11 @@ classifier's backlog as well as the LLM's queue, so `fcfs` is arrival order from
 triage/services/batching.py). With --url it drives a running stack and measures whatever policy that stack
 runs ("live").
 
+With ``--backend vllm`` the servers are started afresh for each policy, with the same step budget
+(``--max-num-batched-tokens``). ``--levels 1 --max-new-tokens 1`` replays only the calls triage puts at ESI 1
+and asks each for one token: how soon those calls can have their first token at all on this machine, a floor
+under every policy's ESI-1 TTFT on the full trace.
+
 Per call, from the database: TTFT = first_token_at - created_at, E2E = done_at - created_at, normalized
 wait = E2E / output_tokens (the worker stamps each transition with the time it happened in the engine);
 preemptions by mode from the `call.preempted` audit rows. Per level also the TTFT's two parts: accepted ->
@@ -52,6 +57,14 @@ def load_trace(path: Path, n: int, pattern: str, rate: float, seed: int) -> list
         if pattern == "poisson":
             t += rng.expovariate(rate)
     return list(zip(offsets, picked, strict=True))
+
+
+def only_levels(trace: list[tuple[float, dict]], levels: set[int]) -> list[tuple[float, dict]]:
+    """The trace's calls that the classifier (the one triage runs) puts at ``levels``, at their own offsets."""
+    from triage.tasks import load_predictor
+
+    predictions = load_predictor().predict([record["transcript"] for _, record in trace])
+    return [item for item, prediction in zip(trace, predictions, strict=True) if prediction.esi in levels]
 
 
 def summarise(policy: str, call_ids: list[int]) -> dict:
@@ -101,6 +114,10 @@ class Command(BaseCommand):
         parser.add_argument("--token", default=os.environ.get("TRIAGE_API_TOKEN"), help="API token (with --url)")
         parser.add_argument("--timeout", type=float, default=1800.0, help="seconds to wait per policy")
         parser.add_argument("--seed", type=int, default=7)
+        parser.add_argument("--levels", default="",
+                            help="replay only the calls of the trace that triage puts at these ESI levels (e.g. 1); "
+                                 "with --max-new-tokens 1 it measures how soon those calls can have their first "
+                                 "token at all, on this machine, whatever the policy")
         parser.add_argument("--json", action="store_true")
         parser.add_argument("--plot", default=None, help="write a PNG of per-ESI TTFT p50 per policy")
         parser.add_argument("--backend", choices=["hf", "vllm"], default=settings.TRIAGE["INFERENCE_BACKEND"],
@@ -113,9 +130,15 @@ class Command(BaseCommand):
         parser.add_argument("--max-new-tokens", type=int, default=384)
         parser.add_argument("--max-num-seqs", type=int, default=settings.TRIAGE["VLLM_MAX_NUM_SEQS"],
                             help="each vLLM server's batch (--backend vllm)")
+        parser.add_argument("--max-num-batched-tokens", type=int,
+                            default=settings.TRIAGE["VLLM_MAX_NUM_BATCHED_TOKENS"],
+                            help="each vLLM server's step budget in tokens, the same for every policy "
+                                 "(--backend vllm; 0: vLLM's default)")
 
     def handle(self, *args, **o) -> None:  # noqa: ANN002, ANN003
         trace = load_trace(Path(o["trace"]), o["calls"], o["pattern"], o["rate"], o["seed"])
+        if o["levels"]:
+            trace = only_levels(trace, {int(level) for level in o["levels"].split(",")})
         policies = [p.strip() for p in o["policy"].split(",") if p.strip()]
         results = []
         if o["url"]:
@@ -186,6 +209,7 @@ class Command(BaseCommand):
                                    model=o["model"] or env.get("INFERENCE_MODEL", settings.TRIAGE["INFERENCE_MODEL"]))
                 if vllm:
                     results[-1]["preemptions"]["vllm"] = _vllm_preemptions(urls)
+                    results[-1]["max_num_batched_tokens"] = o["max_num_batched_tokens"] or "vLLM default"
                 self.stderr.write(f"{label}: {results[-1]['completed']}/{len(ids)} calls done")
         finally:
             stack.stop_all()
@@ -198,6 +222,7 @@ class Command(BaseCommand):
         """``--replicas`` vLLM servers running ``policy`` (ours: the plug-in); the worker is pointed at them."""
         model = o["model"] or stack.env.get("INFERENCE_MODEL", settings.TRIAGE["INFERENCE_MODEL"])
         urls = stack.start_vllm(model, replicas=o["replicas"], policy=policy, max_num_seqs=o["max_num_seqs"],
+                                max_num_batched_tokens=o["max_num_batched_tokens"],
                                 served_name=settings.TRIAGE["VLLM_MODEL"],
                                 max_model_len=settings.TRIAGE["VLLM_MAX_MODEL_LEN"])
         stack.env = dict(stack.env, INFERENCE_BACKEND="vllm", VLLM_URLS=",".join(urls),
