@@ -85,7 +85,10 @@ class VllmPool:
     model: str
     policy: str = "semantic"
     capacity: int = 32  # each server's --max-num-seqs
-    queue_ahead: int = 4  # calls a single server may hold beyond its capacity (semantic mode)
+    # Calls a server may hold that have not started (no first token yet), semantic mode: a server prefills a
+    # few calls per step, so a call handed over long before its prefill is committed to that server, and one
+    # less urgent than a later arrival could only be overtaken by preempting it (a recompute).
+    max_unstarted: int = 4
     max_new_tokens: int = 384
     max_model_len: int = 512
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -203,10 +206,13 @@ class VllmPool:
                 held[replica] += 1
             return
         keys = {rid: self.key(self.sequences[rid], now) for rid in self._waiting}
-        # Calls queued ahead at one server do not move when another frees up: with several replicas a call is
-        # submitted only where it starts now (a single server's queue ahead keeps its batch fed).
-        ahead = self.queue_ahead if len(self.replicas) == 1 else 0
-        states = {r.name: ReplicaState(r.name, self.capacity, [], ahead, up=r.up) for r in self.replicas.values()}
+        started = {name: 0 for name in self.replicas}
+        for seq in self.sequences.values():
+            if seq.replica in started and seq.tokens:
+                started[seq.replica] += 1
+        # A server takes a call where it starts soon: a slot, and few calls before it still awaiting prefill.
+        states = {r.name: ReplicaState(r.name, min(self.capacity, started[r.name] + self.max_unstarted), [], up=r.up)
+                  for r in self.replicas.values()}
         for seq in self.sequences.values():
             if seq.replica in states:
                 states[seq.replica].keys.append(self.key(seq, now))
