@@ -1,7 +1,10 @@
 """The worker's executor for ``INFERENCE_BACKEND=vllm``: one or more vLLM OpenAI-compatible servers.
 
 The pool keeps the global queue of the calls it holds and, each step, hands the most urgent ones to the
-replica where they start soonest (``scheduler.routing.route``); each submitted call streams its tokens over
+replica where they start soonest (``scheduler.routing.route``), and a replica only as many as can start there
+soon: a free slot, and at most ``max_unstarted`` of its calls still awaiting their first token (a server
+prefills a few calls per step; a call handed over long before is committed to it, and a more urgent later
+arrival could overtake it only by a preemption); each submitted call streams its tokens over
 SSE in a thread of its own, and ``step()`` turns what arrived since into the same ``StepResult`` our engine
 returns, so the worker's persistence, streaming and acknowledgement do not change.
 
