@@ -209,16 +209,16 @@ class VllmPool:
                 held[replica] += 1
             return
         keys = {rid: self.key(self.sequences[rid], now) for rid in self._waiting}
-        started = {name: 0 for name in self.replicas}
+        held: dict[str, list[tuple]] = {name: [] for name in self.replicas}
+        started = dict.fromkeys(self.replicas, 0)
         for seq in self.sequences.values():
-            if seq.replica in started and seq.tokens:
-                started[seq.replica] += 1
+            if seq.replica in held:
+                held[seq.replica].append(self.key(seq, now))
+                started[seq.replica] += bool(seq.tokens)
         # A server takes a call where it starts soon: a slot, and few calls before it still awaiting prefill.
-        states = {r.name: ReplicaState(r.name, min(self.capacity, started[r.name] + self.max_unstarted), [], up=r.up)
+        states = {r.name: ReplicaState(r.name, min(self.capacity, started[r.name] + self.max_unstarted),
+                                       held[r.name], up=r.up)
                   for r in self.replicas.values()}
-        for seq in self.sequences.values():
-            if seq.replica in states:
-                states[seq.replica].keys.append(self.key(seq, now))
         displaces = more_urgent_level if self.config.preempt_on_arrival else never_displaces
         for rid in sorted(self._waiting, key=keys.get):
             placement = route(keys[rid], list(states.values()), displaces)
