@@ -58,9 +58,13 @@ def _stamp(root: Path, names: Sequence[str]) -> tuple | None:
         return None
 
 
+# libyaml's C parser where PyYAML was built with it (the wheels are): the catalogue parses ten times faster.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def parse_yaml(name: str, text: str, error: type[Exception]) -> dict[str, Any]:
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506 - a safe loader
     except yaml.YAMLError as exc:
         raise error(f"{name}: not valid YAML ({exc})") from exc
     if not isinstance(data, dict):

@@ -1,6 +1,5 @@
-"""Clinical knowledge applied to a call: the catalogue (fixtures/clinical/), findings from free text, and the
-ESI algorithm's decision points A-D with their reasons. Plain Python (PyYAML and the standard library): no
-torch, no Django.
+"""Clinical knowledge applied to a call: the catalogue (fixtures/clinical/), findings from free text (read with
+spaCy and medspaCy), and the ESI algorithm's decision points A-D with their reasons. No torch, no Django.
 
     from inference.clinical import assess_call, load_catalogue
     catalogue = load_catalogue()
@@ -12,7 +11,7 @@ from __future__ import annotations
 
 from .algorithm import AlgorithmResult, Reason, matches, run_algorithm
 from .catalogue import Catalogue, CatalogueError, default_catalogue_dir, load_catalogue
-from .findings import Finding, Findings, extract_findings
+from .findings import Finding, Findings, extract_findings, extract_many
 
 
 def assess_call(transcript: str, catalogue: Catalogue) -> tuple[Findings, AlgorithmResult]:
@@ -22,5 +21,5 @@ def assess_call(transcript: str, catalogue: Catalogue) -> tuple[Findings, Algori
 
 __all__ = [
     "AlgorithmResult", "Catalogue", "CatalogueError", "Finding", "Findings", "Reason", "assess_call",
-    "default_catalogue_dir", "extract_findings", "load_catalogue", "matches", "run_algorithm",
+    "default_catalogue_dir", "extract_findings", "extract_many", "load_catalogue", "matches", "run_algorithm",
 ]

@@ -39,16 +39,31 @@ class AlgorithmResult:
     resources: tuple[str, ...] | None  # the resource types counted at C; None when C could not count
     danger_zone: tuple[Reason, ...] = ()  # D reasons, also when the level is decided elsewhere
     fired: tuple[str, ...] = ()  # every A and B rule that holds, deciding or not
+    corrected_only: tuple[str, ...] = ()  # A and B rules that would hold only through a spelling correction
+    near: tuple[NearMiss, ...] = ()  # A and B rules that nearly hold: what a learned model may lean on
+    complaints: tuple[str, ...] = ()  # the complaints the resource rules counted at C
 
 
-def matches(condition: Condition, findings: Findings) -> bool:
-    patient, vitals = findings.patient, findings.vitals
+@dataclass(frozen=True)
+class NearMiss:
+    """An A or B rule all of whose concept conditions but one hold (its age and sex tests aside; its vital-sign
+    tests must hold), with the findings that do: "chest pain" for "chest pain in an adult over 40" in a man of
+    35."""
+
+    point: str
+    rule: str
+    reason: str
+    concepts: tuple[str, ...]
+
+
+def matches(condition: Condition, findings: Findings, catalogue: Catalogue | None = None) -> bool:
+    patient = findings.patient
     if condition.age is not None and not condition.age(patient.age):
         return False
     if condition.sex is not None and patient.sex not in (condition.sex, "unknown"):
         return False
     for name, test in condition.vitals:
-        value = vitals.worst(name) if name != "glucose_mmol" else _sugar(vitals, test)
+        value = reading(name, test, findings, catalogue)
         if value is None or not test(value):
             return False
     if any(not any(findings.holds(ref) for ref in group) for group in condition.all):
@@ -56,6 +71,17 @@ def matches(condition: Condition, findings: Findings) -> bool:
     if condition.any and not any(findings.holds(ref) for ref in condition.any):
         return False
     return not any(findings.holds(ref) for ref in condition.none)
+
+
+def reading(name: str, test: Range, findings: Findings, catalogue: Catalogue | None) -> float | None:
+    """The value of a reading a rule tests: the most alarming one stated, or the height fallen over the
+    patient's typical height for age."""
+    vitals = findings.vitals
+    if name == "fall_height_ratio":
+        height = vitals.worst("fall_height_m")
+        typical = catalogue.height_for_age(findings.patient.age) if catalogue is not None else 1.7
+        return None if height is None else height / typical
+    return vitals.worst(name) if name != "glucose_mmol" else _sugar(vitals, test)
 
 
 def _sugar(vitals: Vitals, test: Range) -> float | None:
@@ -67,22 +93,48 @@ def _sugar(vitals: Vitals, test: Range) -> float | None:
 
 
 def run_algorithm(findings: Findings, catalogue: Catalogue) -> AlgorithmResult:
+    """Decision points in order. A and B rest only on what the caller said: a finding read through a spelling
+    correction ("stabed") supports C but never decides A or B alone (``corrected_only`` names the rules it
+    would have fired)."""
     danger = danger_zone_reasons(findings, catalogue)
-    fired = [r for r in catalogue.rules if matches(r.when, findings)]
+    said = findings.without_corrections()
+    fired = [r for r in catalogue.rules if matches(r.when, said, catalogue)]
+    corrected_only = tuple(r.id for r in catalogue.rules if r not in fired and matches(r.when, findings, catalogue))
     ids = tuple(r.id for r in fired)
     for point, level in (("A", 1), ("B", 2)):
         deciding = [r for r in fired if r.point == point]
         if deciding:
-            return AlgorithmResult(level, point, _reasons(deciding), None, danger, ids)
-    covered = [r for r in catalogue.resource_rules if matches(r.when, findings)]
+            return AlgorithmResult(level, point, _reasons(deciding), None, danger, ids, corrected_only,
+                                   _near_misses(catalogue, said, fired))
+    near = _near_misses(catalogue, said, fired)
+    covered = [r for r in catalogue.resource_rules if matches(r.when, findings, catalogue)]
     if not covered:
-        return AlgorithmResult(None, None, (), None, danger, ids)
+        return AlgorithmResult(None, None, (), None, danger, ids, corrected_only, near)
     resources = _resources(covered)
+    complaints = tuple(dict.fromkeys(r.complaint for r in covered))
     count = sum(RESOURCE_WEIGHTS[r] for r in resources)
     if count >= 2 and danger:
-        return AlgorithmResult(2, "D", danger, resources, danger, ids)
+        return AlgorithmResult(2, "D", danger, resources, danger, ids, corrected_only, near, complaints)
     level = 3 if count >= 2 else 4 if count == 1 else 5
-    return AlgorithmResult(level, "C", (resource_reason(resources, covered),), resources, danger, ids)
+    return AlgorithmResult(level, "C", (resource_reason(resources, covered),), resources, danger, ids, corrected_only,
+                           near, complaints)
+
+
+def _near_misses(catalogue: Catalogue, findings: Findings, fired: list[Rule]) -> tuple[NearMiss, ...]:
+    out = []
+    for rule in catalogue.rules:
+        when = rule.when
+        if rule in fired or any(findings.holds(ref) for ref in when.none):
+            continue
+        if any((value := reading(name, test, findings, catalogue)) is None or not test(value)
+               for name, test in when.vitals):
+            continue
+        groups = [*when.all, *([when.any] if when.any else [])]
+        held = [next((ref.concept for ref in group if findings.holds(ref)), None) for group in groups]
+        found = tuple(c for c in held if c is not None)
+        if found and len(found) >= len(groups) - 1:
+            out.append(NearMiss(rule.point, rule.id, rule.reason, found))
+    return tuple(out)
 
 
 def _reasons(rules: list[Rule]) -> tuple[Reason, ...]:

@@ -11,29 +11,41 @@ import operator
 import os
 import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from inference.data_files import ContentCache, check_keys, parse_yaml
 
-from .context import CATEGORIES, DIRECTIONS, ContextRules, Cue
-from .lexicon import Lexicon, PhraseError, compile_phrase
+from .phrases import PhraseError, compile_phrase
+from .reader import DEFAULT_WINDOW, CueSpec, ReadingRules, word_norms
+from .records import (
+    RESOURCE_WEIGHTS,
+    Catalogue,
+    Concept,
+    ConceptRef,
+    Condition,
+    DangerBand,
+    Range,
+    ResourceRule,
+    Rule,
+)
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-# ESI handbook, Table 5-1: what counts as a resource, and how many; anything else (examination, oral drugs,
-# point-of-care tests, simple wound care, a splint) counts as none.
-RESOURCE_WEIGHTS = {
-    "labs": 1, "ecg": 1, "xray": 1, "imaging": 1, "iv_fluids": 1, "iv_meds": 1, "consult": 1,
-    "simple_procedure": 1, "complex_procedure": 2,
-}
 KINDS = frozenset({"finding", "normal", "risk", "mechanism", "population"})
+CUE_CATEGORIES = frozenset({"negated", "possible", "resolved", "historical", "hypothetical", "other_person"})
+DIRECTIONS = frozenset({"forward", "backward", "both"})
 POINTS = frozenset({"A", "B"})
-VITALS = frozenset({"heart_rate", "resp_rate", "spo2", "temperature_c", "glucose_mmol", "systolic_bp", "pain_score"})
-# A concept reference may say which mentions count: "fever" (now, or possibly now), "seizure@recent" (also one
-# that has stopped), "stroke@history" (in the past), "x@any" (any but denied, asked about or someone else's).
+# Readings a rule can test: vital signs, and quantities a caller states (``vitals.read_vitals``);
+# fall_height_ratio is the height fallen over the patient's typical height for age (vitals.yaml).
+VITALS = frozenset({"heart_rate", "resp_rate", "spo2", "temperature_c", "glucose_mmol", "systolic_bp", "pain_score",
+                    "gcs", "burn_percent", "fall_height_m", "fall_height_ratio"})
+# A concept reference may say which mentions count: "fever@now" (now, or possibly now), "seizure@recent" (also
+# one that has stopped), "stroke@history" (in the past), "x@any" (any but denied, asked about or someone else's).
+# Without a scope: @now in decision point A (a life threat is one now) and in "none" lists, @recent in B and C
+# (a chest pain, a faint or a weak arm that has passed is as high-risk: ESI handbook, chapter 4).
 SCOPES = {
     "": frozenset({"present", "possible"}),
+    "now": frozenset({"present", "possible"}),
     "recent": frozenset({"present", "possible", "resolved"}),
     "history": frozenset({"historical", "resolved"}),
     "any": frozenset({"present", "possible", "resolved", "historical"}),
@@ -48,104 +60,12 @@ class CatalogueError(ValueError):
     """The catalogue does not validate; the message names the file and the entry."""
 
 
-@dataclass(frozen=True)
-class Concept:
-    id: str
-    label: str
-    kind: str
-    phrases: tuple[str, ...]
-    opposite: str | None = None  # for a "normal" concept: the finding that holds when it is denied
-    implies: tuple[str, ...] = ()
-    screen: int | None = None  # weight in the triage backlog's pre-screen (None: from the rules it fires alone)
-
-
-@dataclass(frozen=True)
-class Range:
-    """A numeric test written as "< 0.25", ">= 65" or "3-8" (lower bound included, upper excluded)."""
-
-    text: str
-    test: Callable[[float], bool]
-
-    def __call__(self, value: float) -> bool:
-        return self.test(value)
-
-
-@dataclass(frozen=True)
-class ConceptRef:
-    concept: str
-    statuses: frozenset[str]
-
-
-@dataclass(frozen=True)
-class Condition:
-    """All of: every group in ``all`` (a group is any-of), at least one of ``any`` (when given), none of
-    ``none``, the age, sex and vitals tests."""
-
-    all: tuple[tuple[ConceptRef, ...], ...] = ()
-    any: tuple[ConceptRef, ...] = ()
-    none: tuple[ConceptRef, ...] = ()
-    age: Range | None = None
-    sex: str | None = None
-    vitals: tuple[tuple[str, Range], ...] = ()
-
-
-@dataclass(frozen=True)
-class Rule:
-    """A life threat (decision point A) or a high-risk situation (B)."""
-
-    id: str
-    point: str
-    reason: str
-    system: str
-    when: Condition
-    sources: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ResourceRule:
-    """Decision point C: the resources a complaint needs."""
-
-    id: str
-    complaint: str
-    when: Condition
-    resources: tuple[str, ...]
-    sources: tuple[str, ...]
-
-    @property
-    def count(self) -> int:
-        return sum(RESOURCE_WEIGHTS[r] for r in self.resources)
-
-
-@dataclass(frozen=True)
-class DangerBand:
-    age: Range
-    heart_rate_above: float
-    resp_rate_above: float
-
-
-@dataclass(frozen=True)
-class Catalogue:
-    version: str
-    digest: str
-    sources: Mapping[str, str]
-    concepts: Mapping[str, Concept]
-    lexicon: Lexicon
-    context: ContextRules
-    rules: tuple[Rule, ...]
-    resource_rules: tuple[ResourceRule, ...]
-    danger_bands: tuple[DangerBand, ...]
-    spo2_below: float
-
-    @property
-    def label(self) -> str:
-        return f"{self.version}+{self.digest[:8]}"
-
-
 def default_catalogue_dir() -> Path:
     return Path(os.environ.get("TRIAGE_CLINICAL_DIR", REPO_ROOT / "fixtures" / "clinical"))
 
 
-FILES = ("catalogue.yaml", "concepts.yaml", "context.yaml", "high_risk.yaml", "resources.yaml", "vitals.yaml")
+FILES = ("catalogue.yaml", "concepts.yaml", "context.yaml", "reading.yaml", "high_risk.yaml", "resources.yaml",
+         "vitals.yaml")
 _cache: ContentCache[Catalogue] = ContentCache(
     lambda path: CatalogueError(f"{path}: missing (the catalogue needs {', '.join(FILES)})")
 )
@@ -166,13 +86,18 @@ def _parse(texts: dict[str, str], digest: str) -> Catalogue:
     _keys("catalogue.yaml", index, {"version", "sources"}, required={"version", "sources"})
     sources = {str(k): str(v) for k, v in index["sources"].items()}
     concepts = _concepts(_yaml("concepts.yaml", texts["concepts.yaml"]))
-    context = _context(_yaml("context.yaml", texts["context.yaml"]))
+    cues, terminators, pseudo, excluded = _context(_yaml("context.yaml", texts["context.yaml"]))
+    spellings, speaker_tags = _reading(_yaml("reading.yaml", texts["reading.yaml"]))
     rules = _rules(_yaml("high_risk.yaml", texts["high_risk.yaml"]), concepts, sources)
     resource_rules = _resource_rules(_yaml("resources.yaml", texts["resources.yaml"]), concepts, sources)
-    bands, spo2 = _danger_zone(_yaml("vitals.yaml", texts["vitals.yaml"]))
-    lexicon = Lexicon({c.id: c.phrases for c in concepts.values()})
-    return Catalogue(str(index["version"]), digest, sources, concepts, lexicon, context, rules, resource_rules,
-                     bands, spo2)
+    vitals = _yaml("vitals.yaml", texts["vitals.yaml"])
+    bands, spo2 = _danger_zone(vitals)
+    measured = _measured(vitals, concepts, sources)
+    heights = _heights(vitals, sources)
+    reading = ReadingRules(tuple((c.id, c.phrases) for c in concepts.values()), cues, terminators, pseudo,
+                           spellings, speaker_tags, excluded)
+    return Catalogue(str(index["version"]), digest, sources, concepts, reading, rules, resource_rules, bands, spo2,
+                     measured, heights)
 
 
 def _keys(where: str, entry: Mapping[str, Any], allowed: set[str], required: set[str] = frozenset()) -> None:
@@ -184,7 +109,7 @@ def _concepts(data: dict[str, Any]) -> dict[str, Concept]:
     concepts: dict[str, Concept] = {}
     for cid, entry in data["concepts"].items():
         where = f"concepts.yaml: {cid}"
-        _keys(where, entry, {"label", "kind", "phrases", "opposite", "implies", "screen"},
+        _keys(where, entry, {"label", "kind", "phrases", "opposite", "implies", "screen", "resolves"},
               required={"label", "kind", "phrases"})
         if entry.get("screen") not in (None, 0, 1, 2):
             raise CatalogueError(f"{where}: screen must be 0, 1 or 2")
@@ -192,14 +117,12 @@ def _concepts(data: dict[str, Any]) -> dict[str, Concept]:
             raise CatalogueError(f"{where}: kind {entry['kind']!r} is not one of {', '.join(sorted(KINDS))}")
         phrases = tuple(str(p) for p in entry["phrases"] or ())
         for phrase in phrases:
-            try:
-                compile_phrase(phrase)
-            except PhraseError as error:
-                raise CatalogueError(f"{where}: {error}") from error
+            _check_phrase(phrase, where)
         concepts[str(cid)] = Concept(str(cid), str(entry["label"]), entry["kind"], phrases,
-                                     entry.get("opposite"), tuple(entry.get("implies") or ()), entry.get("screen"))
+                                     entry.get("opposite"), tuple(entry.get("implies") or ()), entry.get("screen"),
+                                     tuple(entry.get("resolves") or ()))
     for concept in concepts.values():
-        for ref in (*concept.implies, *([concept.opposite] if concept.opposite else [])):
+        for ref in (*concept.implies, *concept.resolves, *([concept.opposite] if concept.opposite else [])):
             if ref not in concepts:
                 raise CatalogueError(f"concepts.yaml: {concept.id}: refers to unknown concept {ref!r}")
         if concept.opposite and concept.kind != "normal":
@@ -207,22 +130,41 @@ def _concepts(data: dict[str, Any]) -> dict[str, Concept]:
     return concepts
 
 
-def _context(data: dict[str, Any]) -> ContextRules:
-    _keys("context.yaml", data, {"cues", "terminators", "pseudo"}, required={"cues", "terminators", "pseudo"})
+def _check_phrase(phrase: str, where: str) -> None:
+    try:
+        compile_phrase(phrase, word_norms)
+    except PhraseError as error:
+        raise CatalogueError(f"{where}: {error}") from error
+
+
+def _context(data: dict[str, Any]) -> tuple[tuple[CueSpec, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    _keys("context.yaml", data, {"cues", "terminators", "pseudo", "excluded_medspacy_defaults"},
+          required={"cues", "terminators", "pseudo"})
     cues = []
     for i, entry in enumerate(data["cues"]):
         where = f"context.yaml: cue {i + 1} ({entry.get('phrase')!r})"
-        _keys(where, entry, {"phrase", "category", "direction", "uncertain", "window"},
+        _keys(where, entry, {"phrase", "category", "direction", "uncertain", "window", "with_negation"},
               required={"phrase", "category", "direction"})
-        if entry["category"] not in CATEGORIES or entry["direction"] not in DIRECTIONS:
-            raise CatalogueError(f"{where}: category must be one of {sorted(CATEGORIES)}, direction one of "
+        if entry["category"] not in CUE_CATEGORIES or entry["direction"] not in DIRECTIONS:
+            raise CatalogueError(f"{where}: category must be one of {sorted(CUE_CATEGORIES)}, direction one of "
                                  f"{sorted(DIRECTIONS)}")
-        cues.append(Cue(str(entry["phrase"]), entry["category"], entry["direction"], bool(entry.get("uncertain")),
-                        int(entry.get("window", 6))))
-    try:
-        return ContextRules(cues, [str(t) for t in data["terminators"]], [str(p) for p in data["pseudo"]])
-    except PhraseError as error:
-        raise CatalogueError(f"context.yaml: {error}") from error
+        _check_phrase(str(entry["phrase"]), where)
+        cues.append(CueSpec(str(entry["phrase"]), entry["category"], entry["direction"], bool(entry.get("uncertain")),
+                            int(entry.get("window", DEFAULT_WINDOW)), bool(entry.get("with_negation"))))
+    terminators, pseudo = tuple(str(t) for t in data["terminators"]), tuple(str(p) for p in data["pseudo"])
+    for phrase in (*terminators, *pseudo):
+        _check_phrase(phrase, "context.yaml")
+    excluded = tuple(str(e["literal"]) for e in data.get("excluded_medspacy_defaults") or ())
+    return tuple(cues), terminators, pseudo, excluded
+
+
+def _reading(data: dict[str, Any]) -> tuple[tuple[tuple[str, str], ...], tuple[str, ...]]:
+    _keys("reading.yaml", data, {"spellings", "speaker_tags"}, required={"spellings", "speaker_tags"})
+    spellings = tuple((str(k).lower(), str(v).lower()) for k, v in (data["spellings"] or {}).items())
+    for word, replacement in spellings:
+        if not replacement.strip() or " " in word:
+            raise CatalogueError(f"reading.yaml: spellings: {word!r} -> {replacement!r}: one word to one or more")
+    return spellings, tuple(str(t).lower() for t in data["speaker_tags"] or ())
 
 
 def parse_range(text: str | float | int, where: str) -> Range:
@@ -237,7 +179,7 @@ def parse_range(text: str | float | int, where: str) -> Range:
     return Range(source, lambda v: low <= v < high)
 
 
-def _refs(items: Any, concepts: Mapping[str, Concept], where: str) -> tuple[ConceptRef, ...]:
+def _refs(items: Any, concepts: Mapping[str, Concept], where: str, default: str = "") -> tuple[ConceptRef, ...]:
     if isinstance(items, str):
         items = [items]
     refs = []
@@ -247,13 +189,13 @@ def _refs(items: Any, concepts: Mapping[str, Concept], where: str) -> tuple[Conc
             raise CatalogueError(f"{where}: unknown concept {name!r}")
         if scope not in SCOPES:
             raise CatalogueError(f"{where}: {item!r}: scope must be one of @{', @'.join(s for s in SCOPES if s)}")
-        refs.append(ConceptRef(name, SCOPES[scope]))
+        refs.append(ConceptRef(name, SCOPES[scope or default]))
     return tuple(refs)
 
 
-def _condition(entry: Any, concepts: Mapping[str, Concept], where: str) -> Condition:
+def _condition(entry: Any, concepts: Mapping[str, Concept], where: str, default: str = "") -> Condition:
     _keys(where, entry, {"all", "any", "none", "age", "sex", "vitals"})
-    groups = tuple(_refs(group, concepts, where) for group in entry.get("all") or ())
+    groups = tuple(_refs(group, concepts, where, default) for group in entry.get("all") or ())
     vitals = []
     for name, test in (entry.get("vitals") or {}).items():
         if name not in VITALS:
@@ -262,7 +204,7 @@ def _condition(entry: Any, concepts: Mapping[str, Concept], where: str) -> Condi
     if entry.get("sex") not in (None, "female", "male"):
         raise CatalogueError(f"{where}: sex must be female or male")
     condition = Condition(
-        groups, _refs(entry.get("any"), concepts, where), _refs(entry.get("none"), concepts, where),
+        groups, _refs(entry.get("any"), concepts, where, default), _refs(entry.get("none"), concepts, where),
         parse_range(entry["age"], f"{where}: age") if "age" in entry else None, entry.get("sex"), tuple(vitals),
     )
     if not (condition.all or condition.any or condition.vitals):
@@ -299,7 +241,8 @@ def _rules(data: dict[str, Any], concepts: Mapping[str, Concept], sources: Mappi
         if entry["point"] not in POINTS:
             raise CatalogueError(f"{where}: point must be A or B")
         rules.append(Rule(str(entry["id"]), entry["point"], str(entry["reason"]), str(entry["system"]),
-                          _condition(entry["when"], concepts, where), _sources(entry, sources, where)))
+                          _condition(entry["when"], concepts, where, "recent" if entry["point"] == "B" else ""),
+                          _sources(entry, sources, where)))
     _unique([r.id for r in rules], "high_risk.yaml")
     return tuple(rules)
 
@@ -317,14 +260,45 @@ def _resource_rules(
         unknown = [r for r in resources if r not in RESOURCE_WEIGHTS]
         if unknown:
             raise CatalogueError(f"{where}: unknown resource(s) {unknown} (known: {', '.join(RESOURCE_WEIGHTS)})")
-        rules.append(ResourceRule(str(entry["id"]), str(entry["complaint"]), _condition(entry["when"], concepts, where),
+        rules.append(ResourceRule(str(entry["id"]), str(entry["complaint"]), _condition(entry["when"], concepts, where, "recent"),
                                   resources, _sources(entry, sources, where)))
     _unique([r.id for r in rules], "resources.yaml")
     return tuple(rules)
 
 
+def _measured(data: dict[str, Any], concepts: Mapping[str, Concept], sources: Mapping[str, str]
+              ) -> tuple[tuple[str, str, Range], ...]:
+    if "measured" not in data:
+        return ()
+    where = "vitals.yaml: measured"
+    _keys(where, data["measured"], {"source", "findings"}, required={"source", "findings"})
+    _sources(data["measured"], sources, where)
+    out = []
+    for concept, tests in data["measured"]["findings"].items():
+        if concept not in concepts:
+            raise CatalogueError(f"{where}: unknown concept {concept!r}")
+        for vital, test in tests.items():
+            if vital not in VITALS:
+                raise CatalogueError(f"{where}: {concept}: unknown vital {vital!r}")
+            out.append((str(concept), str(vital), parse_range(test, f"{where}: {concept}")))
+    return tuple(out)
+
+
+def _heights(data: dict[str, Any], sources: Mapping[str, str]) -> tuple[tuple[Range, float], ...]:
+    if "height_for_age" not in data:
+        return ()
+    where = "vitals.yaml: height_for_age"
+    _keys(where, data["height_for_age"], {"source", "bands"}, required={"source", "bands"})
+    _sources(data["height_for_age"], sources, where)
+    out = []
+    for band in data["height_for_age"]["bands"]:
+        _keys(where, band, {"age", "metres"}, required={"age", "metres"})
+        out.append((parse_range(band["age"], where), float(band["metres"])))
+    return tuple(out)
+
+
 def _danger_zone(data: dict[str, Any]) -> tuple[tuple[DangerBand, ...], float]:
-    _keys("vitals.yaml", data, {"danger_zone"}, required={"danger_zone"})
+    _keys("vitals.yaml", data, {"danger_zone", "measured", "height_for_age"}, required={"danger_zone"})
     zone = data["danger_zone"]
     _keys("vitals.yaml: danger_zone", zone, {"bands", "spo2_below", "source"}, required={"bands", "spo2_below"})
     bands = []

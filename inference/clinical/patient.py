@@ -46,6 +46,10 @@ _GROUP_WORDS = [
                 r"grandma|grandmother|grandad|granddad|grandpa|grandfather|(?:care|nursing|rest|old people's) home|"
                 r"resident|great[- ]grand\w*|frail)\b"),
 ]
+# Words that say the patient is an adult, though they give no age: the guidance then reads adult technique.
+_ADULT_WORDS = re.compile(r"\b(?:husband|wife|(?:grown|adult) (?:son|daughter)|man|woman|lady|gentleman|bloke|guy|"
+                          r"colleague|boyfriend|girlfriend|flatmate|roommate|dad|father|mum|mom|mother|uncle|aunt|"
+                          r"neighbou?r|pregnant)\b")
 _SON_DAUGHTER_ADULT = re.compile(r"\bmy (?:son|daughter)\b")
 _THIRD_PARTY = re.compile(
     r"\b(?:my|our|the|a|this|his|her) (?:husband|wife|partner|mum|mom|mother|dad|father|son|daughter|brother|sister|"
@@ -70,6 +74,7 @@ class Patient:
     age_group: str  # neonate | infant | toddler | child | teen | adult | elderly
     sex: str  # female | male | unknown
     caller_is_patient: bool
+    age_known: bool = True  # an age or an age group was said ("my baby", "my nan"); else an adult is assumed
 
     @property
     def age(self) -> float:
@@ -84,7 +89,9 @@ def describe_patient(text: str) -> Patient:
     third = len(re.findall(r"\b(?:he|she|he's|she's|him|her|his|hers|himself|herself)\b", text))
     caller_is_patient = first > third and (not _THIRD_PARTY.search(text) or bool(_FIRST_PERSON_SYMPTOM.search(text)))
     age = _stated_age(text, caller_is_patient)
-    return Patient(age, _group(age, text), _sex(text, caller_is_patient), caller_is_patient)
+    group = _group(age, text)
+    known = age is not None or group != "adult" or bool(_ADULT_WORDS.search(text)) or caller_is_patient
+    return Patient(age, group, _sex(text, caller_is_patient), caller_is_patient, known)
 
 
 def _stated_age(text: str, caller_is_patient: bool) -> float | None:

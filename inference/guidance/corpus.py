@@ -42,7 +42,8 @@ def record_age(record: dict[str, Any]) -> float | None:
     """The patient's age in years as labelled, else as the catalogue reads it from the call (None: unknown)."""
     if "patient_age" in record:
         return record["patient_age"]
-    return assess_call(record["transcript"], load_catalogue())[0].patient.age
+    patient = assess_call(record["transcript"], load_catalogue())[0].patient
+    return patient.age if patient.age_known else None
 
 
 def record_prompt(record: dict[str, Any], library: ProtocolLibrary | None = None) -> str:

@@ -34,14 +34,27 @@ class ProtocolLibraryError(ValueError):
     """The protocol library does not validate; the message names the file and the entry."""
 
 
+AGE_GROUPS = ("baby", "child", "adult", "unknown")  # under 1, 1-15, 16 and over, not said
+
+
+def age_group(age_years: float | None) -> str:
+    """The group a protocol sentence's ``when: {age: ...}`` names: baby under 1, child under 16 (CPR's child
+    technique runs to puberty), adult, or unknown when the call does not say."""
+    if age_years is None:
+        return "unknown"
+    return "baby" if age_years < 1 else "child" if age_years < 16 else "adult"
+
+
 @dataclass(frozen=True)
 class Band:
-    """What to send and say for the ESI levels ``low``..``high``."""
+    """What to send and say for the ESI levels ``low``..``high``. ``ages``: per instruction, the age groups it
+    is for (all of them when the protocol gives none)."""
 
     low: int
     high: int
     send: str
     instructions: tuple[str, ...]
+    ages: tuple[frozenset[str], ...] = ()
 
     @property
     def label(self) -> str:
@@ -50,6 +63,12 @@ class Band:
     @property
     def sentences(self) -> tuple[str, ...]:
         return (self.send, *self.instructions)
+
+    def sentences_for(self, group: str) -> tuple[str, ...]:
+        """The send line and the instructions for a patient of age ``group``: an adult's arrest gets no baby
+        compressions, and an unknown age gets the general lines only."""
+        ages = self.ages or tuple(frozenset(AGE_GROUPS) for _ in self.instructions)
+        return (self.send, *(s for s, groups in zip(self.instructions, ages, strict=True) if group in groups))
 
 
 @dataclass(frozen=True)
@@ -166,8 +185,8 @@ def _protocol(name: str, entry: dict[str, Any], sources: Mapping[str, str], fami
     for (low, high), body in _bands(f"{name}: bands", entry["bands"]):
         where = f"{name}: bands: {low}-{high}"
         _keys(where, body, {"send", "instructions"}, {"send", "instructions"})
-        band = Band(low, high, _sentence(f"{where}: send", body["send"]),
-                    _sentences(f"{where}: instructions", body["instructions"]))
+        instructions, ages = _instructions(f"{where}: instructions", body["instructions"])
+        band = Band(low, high, _sentence(f"{where}: send", body["send"]), instructions, ages)
         if len(set(band.sentences)) != len(band.sentences):
             raise ProtocolLibraryError(f"{where}: a sentence is repeated")
         bands.append(band)
@@ -190,6 +209,27 @@ def _bands(where: str, entry: Any) -> list[tuple[tuple[int, int], Any]]:
     if sorted(covered) != list(ESI_LEVELS):
         raise ProtocolLibraryError(f"{where}: the ranges must cover ESI 1 to 5 once each (they cover {sorted(covered)})")
     return sorted(out, key=lambda item: item[0])
+
+
+def _instructions(where: str, items: Any) -> tuple[tuple[str, ...], tuple[frozenset[str], ...]]:
+    """Instructions: a sentence, or ``{text: sentence, when: {age: [groups]}}`` for one some patients only."""
+    if not isinstance(items, list) or not items:
+        raise ProtocolLibraryError(f"{where}: expected a non-empty list of sentences")
+    texts, ages = [], []
+    for i, item in enumerate(items):
+        at = f"{where}: {i + 1}"
+        groups = frozenset(AGE_GROUPS)
+        if isinstance(item, Mapping):
+            _keys(at, item, {"text", "when"}, {"text", "when"})
+            _keys(f"{at}: when", item["when"], {"age"}, {"age"})
+            named = item["when"]["age"] if isinstance(item["when"]["age"], list) else [item["when"]["age"]]
+            unknown = [g for g in named if g not in AGE_GROUPS]
+            if not named or unknown:
+                raise ProtocolLibraryError(f"{at}: when: age must list groups of {', '.join(AGE_GROUPS)}")
+            groups, item = frozenset(named), item["text"]
+        texts.append(_sentence(at, item))
+        ages.append(groups)
+    return tuple(texts), tuple(ages)
 
 
 def _sentences(where: str, items: Any, question: bool = False) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .library import UNCLEAR, ProtocolLibrary, fill, patient_words
+from .library import UNCLEAR, ProtocolLibrary, age_group, fill, patient_words
 
 ASK = "Ask the caller these questions."
 # The call's opening, in the prompt: a plan's text reaches ~230 tokens and the guidance reads it out again, and
@@ -36,7 +36,8 @@ class GuidancePlan:
 def plan_guidance(
     library: ProtocolLibrary, protocol: str, family: str, esi: int, age_years: float | None = None
 ) -> GuidancePlan:
-    """The protocol's band for ``esi``; for ``unclear``, the send line and key questions of ``family``."""
+    """The protocol's band for ``esi``, its sentences for the patient's age group (``age_years`` None: not said,
+    the general lines only); for ``unclear``, the send line and key questions of ``family``."""
     patient = patient_words(age_years)
     if protocol == UNCLEAR:
         fam = library.families[family]
@@ -45,8 +46,9 @@ def plan_guidance(
                             library.label, sentences)
     chosen = library.protocols[protocol]
     band = chosen.band(esi)
+    sentences = band.sentences_for(age_group(age_years))
     return GuidancePlan(chosen.id, chosen.version, chosen.family, band.label,
-                        tuple(fill(s, patient) for s in band.sentences), library.label, band.sentences)
+                        tuple(fill(s, patient) for s in sentences), library.label, sentences)
 
 
 def normalise_transcript(transcript: str) -> str:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from inference.clinical import AlgorithmResult, Catalogue, Findings, assess_call
+from inference.clinical import AlgorithmResult, Catalogue, Findings, extract_many, run_algorithm
+from inference.clinical.assertion import CURRENT, NEGATED
 from inference.clinical.catalogue import RESOURCE_WEIGHTS
-from inference.clinical.context import CURRENT, NEGATED
 
 AGE_BANDS = (("age:<1", 0, 1), ("age:1-15", 1, 16), ("age:16-64", 16, 65), ("age:65+", 65, 200))
 
@@ -59,10 +59,7 @@ def assess_calls(
     transcripts: Sequence[str], catalogue: Catalogue
 ) -> tuple[list[Findings], list[AlgorithmResult], list[set[str]]]:
     """Findings, the algorithm's result and the active feature names of each call."""
-    findings, results, active = [], [], []
-    for text in transcripts:
-        found, result = assess_call(text, catalogue)
-        findings.append(found)
-        results.append(result)
-        active.append(call_features(found, result, catalogue))
+    findings = extract_many(transcripts, catalogue)
+    results = [run_algorithm(found, catalogue) for found in findings]
+    active = [call_features(found, result, catalogue) for found, result in zip(findings, results, strict=True)]
     return findings, results, active

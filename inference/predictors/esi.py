@@ -42,3 +42,11 @@ class EsiClassifier:
 
     def levels(self, probabilities: torch.Tensor) -> list[int]:
         return decide_levels(probabilities, self.thresholds).tolist()
+
+    def evidence(self, ngrams: dict[int, float], level: int, terms: Sequence[str], n: int = 3) -> tuple[str, ...]:
+        """The ``n`` words or word pairs of a call that weigh most toward ``level`` against the other levels
+        (weight x TF-IDF, relative to the mean over levels): what the model read, in the caller's words."""
+        weight = self.head.weight[:, : len(terms)]
+        relative = weight[level - 1] - weight.mean(dim=0)
+        scored = sorted(((float(relative[j]) * x, j) for j, x in ngrams.items() if j < len(terms)), reverse=True)
+        return tuple(terms[j].replace("_", " ") for score, j in scored[:n] if score > 0)

@@ -1,15 +1,23 @@
-"""The level a call gets: the explicit ESI algorithm and the learned model, combined.
+"""The level a call gets: the explicit ESI algorithm and the learned model, combined, with reasons a clinician can
+sign: every reason names a finding or a catalogue rule.
 
-The learned head's probabilities give a level through the cost-sensitive rule of ``esi.decide_levels``. Where
-the algorithm finds a life threat or a high-risk situation (decision points A and B) and the model disagrees,
-the more urgent wins and the call is marked uncertain; so does a call whose probability mass is split between
-two levels (the two most likely within ``SPLIT_MARGIN``). At decision point C the head decides: the catalogue's
-resource rules cover only the complaints they name, and letting their count override the head raised
-over-triage on the written corpus (docs/decisions/triage-judgement.md); where the two disagree by two levels or
-more the call is marked uncertain. Decision point D is applied last: a call at ESI 3
-with danger-zone vitals is ESI 2.
-Every verdict carries its decision point and the reasons behind it; where the model, not a catalogue rule,
-set the level, the reason says so, so a dispatcher knows to look.
+The learned head's probabilities give a level through the cost-sensitive rule of ``esi.decide_levels`` (a
+split probability mass, the two likeliest levels within ``SPLIT_MARGIN``, goes to the more urgent). Then:
+
+- A or B fired: the algorithm's level stands, with its rules as reasons; the model may make it ESI 1 only with
+  a named finding behind it (an A rule that nearly holds: ``AlgorithmResult.near``). A disagreement marks the
+  call uncertain.
+- Otherwise the model may raise the call to ESI 1 or 2 only together with a named finding: a rule of that
+  decision point that nearly holds ("B: chest pain (close to: chest pain in an adult over 40)"). Where nothing
+  named backs it, the level stays at C, the call is marked uncertain, and the reason says what was read: the
+  phrases that weighed most ("similar calls: 'went grey', 'on the floor'").
+- At C the model counts the resources (the catalogue's resource rules cover only the complaints they name, and
+  letting their count override the head raised over-triage: docs/decisions/triage-judgement.md); the reason
+  names the complaint the rules recognised, or, where no rule covers it, the phrases read, and the call is
+  uncertain. A disagreement of two levels or more with the rules' count marks it uncertain too.
+- Decision point D last: a call at ESI 3 with danger-zone vitals is ESI 2.
+
+A rule that would have fired only through a spelling correction marks the call uncertain and says so.
 """
 
 from __future__ import annotations
@@ -32,30 +40,84 @@ class Judgement:
     uncertain: bool
 
 
-def judge(probabilities: Sequence[float], model_level: int, result: AlgorithmResult) -> Judgement:
-    """Combine the model's level (already decided from ``probabilities``) with the algorithm's ``result``."""
+def judge(
+    probabilities: Sequence[float], model_level: int, result: AlgorithmResult, *,
+    labels: dict[str, str] | None = None, evidence: Sequence[str] = (),
+) -> Judgement:
+    """Combine the model's level (already decided from ``probabilities``) with the algorithm's ``result``.
+    ``labels``: concept id -> the catalogue's words for it; ``evidence``: the phrases that weighed most."""
+    labels = labels or {}
     ranked = sorted(range(5), key=lambda k: -probabilities[k])
     split = probabilities[ranked[0]] - probabilities[ranked[1]] < SPLIT_MARGIN
-    level = min(model_level, ranked[0] + 1, ranked[1] + 1) if split else model_level
+    wanted = min(model_level, ranked[0] + 1, ranked[1] + 1) if split else model_level
+    uncertain = split or bool(result.corrected_only)
     urgent = result.level is not None and result.decision_point in ("A", "B")
-    disagree = result.level is not None and (result.level != level if urgent else abs(result.level - level) >= 2)
+    spelling = _spelling_reasons(result)
     if urgent:
-        level = min(level, result.level)
+        assert result.level is not None
+        if wanted < result.level and _named(result, wanted, labels):
+            return Judgement(wanted, "A", (*_named(result, wanted, labels), *_strs(result.reasons)), True)
+        return Judgement(result.level, result.decision_point or "B", _strs(result.reasons),
+                         uncertain or wanted != result.level)
+    c_level = _c_level(probabilities, wanted, result)
+    if wanted <= 2:
+        named = _named(result, wanted, labels)
+        if named:
+            return Judgement(wanted, POINT_OF_LEVEL[wanted], (*named, *_strs(result.reasons), *spelling),
+                             uncertain or result.level is None or abs(result.level - wanted) >= 2)
+        uncertain = True
+        spelling = (*_evidence_reason(wanted, evidence), *spelling)
+    level = c_level
     if level == 3 and result.danger_zone:
-        return Judgement(2, "D", tuple(str(r) for r in result.danger_zone), split or disagree)
+        return Judgement(2, "D", _strs(result.danger_zone), uncertain or (result.level is not None and result.level > 3))
     if result.level == level:
-        return Judgement(level, result.decision_point or POINT_OF_LEVEL[level],
-                         tuple(str(r) for r in result.reasons), split or disagree)
-    return Judgement(level, POINT_OF_LEVEL[level], _model_reasons(level, probabilities, result), split or disagree)
+        return Judgement(level, "C", (*_strs(result.reasons), *spelling), uncertain)
+    if result.complaints:
+        reason = f"C: {RESOURCES_OF_LEVEL[level]} expected for {'; '.join(result.complaints)}"
+        assert result.level is not None
+        return Judgement(level, "C", (reason, *spelling), uncertain or abs(result.level - level) >= 2)
+    said = f" for what was said: {_quoted(evidence)}" if evidence else ""
+    return Judgement(level, "C", (f"C: {RESOURCES_OF_LEVEL[level]} expected{said}", *spelling), True)
 
 
-def _model_reasons(level: int, probabilities: Sequence[float], result: AlgorithmResult) -> tuple[str, ...]:
+def _c_level(probabilities: Sequence[float], wanted: int, result: AlgorithmResult) -> int:
+    """The level at decision point C: the model's when it is 3-5; when the model wanted ESI 1-2 without a
+    named finding, the rules' resource count, else the likeliest of 3-5."""
+    if wanted >= 3:
+        return wanted
+    if result.level is not None and result.level >= 3:
+        return result.level
+    return 3 + max(range(3), key=lambda k: probabilities[2 + k])
+
+
+def _named(result: AlgorithmResult, level: int, labels: dict[str, str]) -> tuple[str, ...]:
+    """Reasons for ESI ``level`` from rules of its decision point that nearly hold, each naming its findings."""
     point = POINT_OF_LEVEL[level]
-    p = sum(probabilities[:level]) if level <= 2 else probabilities[level - 1]
-    if level <= 2:
-        what = "a life threat" if level == 1 else "a high-risk presentation"
-        own = f"{point}: the learned model reads {what} (P(ESI ≤ {level}) = {p:.2f}); no catalogue rule named it"
-    else:
-        own = f"C: the learned model expects {RESOURCES_OF_LEVEL[level]} (P = {p:.2f})"
-    # The algorithm's own, less urgent reasons still tell the dispatcher what was found.
-    return (own, *(str(r) for r in result.reasons))
+    points = ("A",) if point == "A" else ("A", "B")
+    out: dict[str, None] = {}
+    for near in result.near:
+        if near.point in points:
+            words = ", ".join(labels.get(c, c.replace("_", " ")) for c in near.concepts)
+            out[f"{point}: {words} (close to: {near.reason})"] = None
+    return tuple(out)[:3]
+
+
+def _evidence_reason(level: int, evidence: Sequence[str]) -> tuple[str, ...]:
+    if not evidence:
+        return (f"uncertain: calls worded like this one were often ESI {level}; no high-risk finding named",)
+    return (f"uncertain: calls worded like this one ({_quoted(evidence)}) were often ESI {level}; "
+            "no high-risk finding named",)
+
+
+def _spelling_reasons(result: AlgorithmResult) -> tuple[str, ...]:
+    if not result.corrected_only:
+        return ()
+    return (f"uncertain: a spelling correction would have fired {', '.join(result.corrected_only)}",)
+
+
+def _quoted(phrases: Sequence[str]) -> str:
+    return ", ".join(f"'{p}'" for p in phrases)
+
+
+def _strs(reasons: Sequence[object]) -> tuple[str, ...]:
+    return tuple(str(r) for r in reasons)

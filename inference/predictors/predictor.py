@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ class TriagePrediction:
     uncertain: bool = False  # algorithm and model disagree, or the probability mass is split
     findings: tuple[str, ...] = ()  # what the caller said, as findings ("not breathing", "no fever")
     protocol: ProtocolChoice | None = None  # the dispatch protocol selected, with confidence and runner-up
-    patient_age: float | None = None  # years: stated, else the age group's (the guidance names a child "the child")
+    patient_age: float | None = None  # years: stated, else the age group's; None when the call does not say
 
 
 class TriagePredictor:
@@ -53,6 +54,11 @@ class TriagePredictor:
     def catalogue_version(self) -> str:
         return self.catalogue.label
 
+    @cached_property
+    def _terms(self) -> tuple[str, ...]:
+        """The n-gram vocabulary in column order, for the evidence a reason quotes."""
+        return tuple(sorted(self.vectoriser.vocabulary, key=self.vectoriser.vocabulary.__getitem__))
+
     def predict(self, transcripts: Sequence[str]) -> list[TriagePrediction]:
         """The algorithm per call, the three heads on one set of inputs, the judgement. Output order follows the
         input; a call's prediction does not depend on the rest of its batch."""
@@ -71,20 +77,22 @@ class TriagePredictor:
         tokens = self.length.predict(inputs)
         levels = self.esi.levels(probabilities)
         out = []
-        rows = zip(probabilities.tolist(), levels, results, findings, tokens, protocols, strict=True)
-        for row, level, result, found, n, protocol in rows:
-            verdict = judge(row, level, result)
+        labels = {c.id: c.label for c in self.catalogue.concepts.values()}
+        rows = zip(probabilities.tolist(), levels, results, findings, tokens, protocols, inputs.ngrams, strict=True)
+        for row, level, result, found, n, protocol, grams in rows:
+            verdict = judge(row, level, result, labels=labels, evidence=self.esi.evidence(grams, level, self._terms))
             out.append(TriagePrediction(
                 esi=verdict.esi, probabilities=_five(row), predicted_output_tokens=int(n),
                 decision_point=verdict.decision_point, reasons=verdict.reasons, uncertain=verdict.uncertain,
-                findings=describe_findings(found, self.catalogue), protocol=protocol, patient_age=found.patient.age,
+                findings=describe_findings(found, self.catalogue), protocol=protocol,
+                patient_age=found.patient.age if found.patient.age_known else None,
             ))
         return out
 
 
 def describe_findings(findings: Findings, catalogue: Catalogue) -> tuple[str, ...]:
-    """Each concept the caller asserted or denied, once, in the catalogue's words: "not breathing",
-    "no fever", "possibly: no pulse"."""
+    """Each concept asserted for the patient now, once, in the catalogue's words: "not breathing", "possibly:
+    no pulse". Denied, resolved, past, someone else's and hypothetical findings are not shown."""
     out: dict[str, None] = {}
     for f in findings.items:
         label = catalogue.concepts[f.concept].label
@@ -92,8 +100,6 @@ def describe_findings(findings: Findings, catalogue: Catalogue) -> tuple[str, ..
             out[label] = None
         elif f.status == "possible":
             out[f"possibly: {label}"] = None
-        elif f.status == "negated" and not f.derived:
-            out[f"denied: {label}"] = None
     return tuple(out)
 
 

@@ -12,7 +12,7 @@ finding early; the classifier then decides). Spelling is matched as the catalogu
 from __future__ import annotations
 
 from inference.clinical import Catalogue, load_catalogue
-from inference.clinical.text import tokenize
+from inference.clinical.reader import SCREEN_PIPES, mentions, normalised_text, reader_for
 from inference.clinical.vitals import read_vitals
 
 SCREEN_CHARS = 4000
@@ -40,12 +40,12 @@ def screen_weights(catalogue: Catalogue) -> dict[str, int]:
 
 def screen_score(transcript: str, catalogue: Catalogue | None = None) -> int:
     """Higher is more likely ESI 1-2: the weights of the concepts the call mentions (each once), plus alarming
-    vitals. O(length): the catalogue's anchored phrase matching, restricted to the screen's concepts."""
+    vitals. O(length): the reader's normaliser and concept matcher, without sentences or ConText."""
     catalogue = catalogue or load_catalogue()
     weights = screen_weights(catalogue)
-    tokens = tokenize(transcript[:SCREEN_CHARS])
-    found = {m.concept for m in catalogue.lexicon.mentions(tokens, weights)}
-    vitals = read_vitals(tokens.text)
+    doc = reader_for(catalogue).read(transcript[:SCREEN_CHARS], pipes=SCREEN_PIPES)
+    found = {m.label_ for m in mentions(doc) if m.label_ in weights}
+    vitals = read_vitals(normalised_text(doc))
     spo2, heart, resp = vitals.worst("spo2"), vitals.worst("heart_rate"), vitals.worst("resp_rate")
     danger = (spo2 is not None and spo2 < catalogue.spo2_below) + (heart is not None and (heart >= 130 or heart <= 40))
     danger += resp is not None and (resp >= 30 or resp <= 8)

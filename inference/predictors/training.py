@@ -57,7 +57,7 @@ from .ngrams import CallInputs, NgramVectoriser
 DEFAULT_CORPUS = REPO_ROOT / "fixtures" / "calls" / "calls.jsonl"  # the template corpus: a reference point
 WRITTEN_CORPUS = REPO_ROOT / "fixtures" / "calls" / "written"  # the ESI training corpus
 EVALUATION_DIR = REPO_ROOT / "fixtures" / "evaluation"
-EVALUATION_SETS = ("independent", "development")
+EVALUATION_SETS = ("independent", "independent-2", "development")
 Record = dict[str, Any]
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from inference.guidance.library import ProtocolLibraryError, default_library_dir, load_library, patient_words
+from inference.guidance.plan import plan_guidance
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -67,9 +68,40 @@ def test_a_broken_edit_is_refused_naming_the_file_and_entry(editable, file, old,
 def test_an_edited_protocol_is_picked_up_by_the_next_load(editable):
     before = load_library(editable)
     path = editable / "protocols" / "choking.yaml"
-    path.write_text(path.read_text().replace("version: 1", "version: 2", 1))
+    version = before.protocols["choking"].version
+    path.write_text(path.read_text().replace(f"version: {version}", f"version: {version + 1}", 1))
     after = load_library(editable)
-    assert after.protocols["choking"].version == 2 and after.digest != before.digest
+    assert after.protocols["choking"].version == version + 1 and after.digest != before.digest
+
+
+def test_an_instruction_for_some_ages_reaches_only_those_patients():
+    library = load_library()
+    adult, baby, unknown = (plan_guidance(library, "cardiac_arrest", "cardiorespiratory", 1, age).text
+                            for age in (40, 0.5, None))
+    assert "two fingers" in baby and "two fingers" not in adult and "5 to 6 centimetres" in adult
+    assert "two fingers" not in unknown and "one or two hands" not in unknown
+    assert "5 to 6 centimetres" not in baby
+
+
+def test_no_evaluation_calls_guidance_holds_a_sentence_for_another_age_group():
+    """Every labelled evaluation call's plan, as served (the age read from the call, None when it says none)."""
+    from inference.guidance.corpus import record_age, record_plan
+    from inference.guidance.library import AGE_GROUPS, age_group
+
+    library = load_library()
+    conditioned = {s: groups for p in library.protocols.values() for b in p.bands
+                   for s, groups in zip(b.instructions, b.ages, strict=True) if groups != frozenset(AGE_GROUPS)}
+    records = [json.loads(line) for path in sorted((REPO / "fixtures" / "evaluation").glob("*/*.jsonl"))
+               for line in path.read_text().splitlines() if line.strip()]
+    checked = 0
+    for record in records:
+        plan = record_plan(record, library)
+        group = age_group(record_age(record))
+        for template in plan.template:
+            if template in conditioned:
+                checked += 1
+                assert group in conditioned[template], (record["id"], template)
+    assert checked > 0
 
 
 def test_the_patient_is_named_by_age():

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from inference.clinical import AlgorithmResult, Reason
+from inference.clinical.algorithm import NearMiss
 from inference.predictors.esi import decide_levels
 from inference.predictors.evaluation import esi_metrics
 from inference.predictors.judgement import judge
@@ -21,8 +22,9 @@ def test_decision_rule_falls_back_to_esi_5_when_no_threshold_is_reached():
     assert decide_levels(probs, (0.5, 0.5, 0.5, 0.5)).tolist() == [5]
 
 
-def _result(level, point, reason, danger=()):
-    return AlgorithmResult(level, point, (Reason(point, reason),) if reason else (), None, danger)
+def _result(level, point, reason, danger=(), near=(), complaints=()):
+    return AlgorithmResult(level, point, (Reason(point, reason),) if reason else (), None, danger, near=near,
+                           complaints=complaints)
 
 
 def test_where_algorithm_and_model_disagree_the_more_urgent_wins_and_the_call_is_uncertain():
@@ -35,15 +37,40 @@ def test_where_algorithm_and_model_disagree_the_more_urgent_wins_and_the_call_is
 
 
 def test_split_probability_mass_goes_to_the_more_urgent_level_and_is_marked():
-    verdict = judge([0.0, 0.45, 0.47, 0.08, 0.0], 3, _result(None, None, None))
-    assert (verdict.esi, verdict.uncertain) == (2, True)
-    assert verdict.reasons and verdict.reasons[0].startswith("B: the learned model")
+    near = (NearMiss("B", "chest_pain_over_40", "chest pain in an adult over 40", ("chest_pain",)),)
+    verdict = judge([0.0, 0.45, 0.47, 0.08, 0.0], 3, _result(None, None, None, near=near),
+                    labels={"chest_pain": "chest pain"})
+    assert (verdict.esi, verdict.decision_point, verdict.uncertain) == (2, "B", True)
+    assert verdict.reasons == ("B: chest pain (close to: chest pain in an adult over 40)",)
 
 
-def test_a_model_level_without_a_catalogue_rule_says_so_in_its_reason():
-    verdict = judge([0.9, 0.05, 0.03, 0.01, 0.01], 1, _result(None, None, None))
-    assert (verdict.esi, verdict.decision_point) == (1, "A")
-    assert "no catalogue rule named it" in verdict.reasons[0]
+def test_the_model_raises_a_call_only_with_a_named_finding_behind_it():
+    near = (NearMiss("B", "stroke_signs", "stroke signs", ("stroke_arm",)),)
+    backed = judge([0.05, 0.8, 0.1, 0.05, 0.0], 2, _result(4, "C", "1 resource (labs) for weakness", near=near),
+                   labels={"stroke_arm": "arm or leg weakness on one side"})
+    assert (backed.esi, backed.decision_point) == (2, "B")
+    assert backed.reasons[0] == "B: arm or leg weakness on one side (close to: stroke signs)"
+
+
+def test_where_the_model_is_the_only_signal_the_call_stays_at_c_uncertain_with_what_was_read():
+    verdict = judge([0.1, 0.5, 0.2, 0.15, 0.05], 2, _result(5, "C", "no resources (a bruise)"),
+                    evidence=("banged his shin", "table"))
+    assert (verdict.esi, verdict.decision_point, verdict.uncertain) == (5, "C", True)
+    assert verdict.reasons == (
+        "C: no resources (a bruise)",
+        "uncertain: calls worded like this one ('banged his shin', 'table') were often ESI 2; no high-risk "
+        "finding named",
+    )
+    alone = judge([0.9, 0.05, 0.03, 0.01, 0.01], 1, _result(None, None, None), evidence=("went blue",))
+    assert (alone.esi, alone.uncertain) == (3, True)
+    assert all("learned model" not in r for r in (*verdict.reasons, *alone.reasons))
+
+
+def test_at_c_the_models_count_names_the_complaint_the_rules_recognised():
+    verdict = judge([0.0, 0.02, 0.9, 0.05, 0.03], 3,
+                    _result(4, "C", "1 resource (X-ray) for a limb injury", complaints=("a limb injury",)))
+    assert (verdict.esi, verdict.reasons, verdict.uncertain) == (
+        3, ("C: two or more resources expected for a limb injury",), False)
 
 
 def test_danger_zone_vitals_lift_an_esi_3_verdict_to_2_at_decision_point_d():

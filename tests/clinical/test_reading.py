@@ -1,0 +1,131 @@
+"""How calls are read (spaCy and medspaCy): spelling only for non-words, negation that stops at the next clause,
+resolution, one assertion per concept, answers to questions, quantities, and shorthand. The probes are those of
+the urgency issue; none comes from an evaluation set."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from inference.clinical import assess_call, extract_findings, extract_many, load_catalogue
+from inference.clinical.assertion import CURRENT, PRESENT, RESOLVED
+from inference.predictors.predictor import describe_findings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def catalogue():
+    return load_catalogue()
+
+
+def status(text, concept, catalogue):
+    found = extract_findings(text, catalogue).statuses(concept)
+    assert len(found) <= 1
+    return next(iter(found), None)
+
+
+def test_a_real_word_is_never_corrected_into_a_finding(catalogue):
+    findings, result = assess_call("he stubbed his toe", catalogue)
+    assert status("he stubbed his toe", "penetrating_injury", catalogue) is None
+    assert result.decision_point not in ("A", "B")
+    assert not any(f.corrected for f in findings.items)
+
+
+def test_a_corrected_non_word_supports_a_finding_but_never_decides_a_or_b(catalogue):
+    findings, result = assess_call("he was stabed in the leg", catalogue)
+    stab = next(f for f in findings.items if f.concept == "penetrating_injury")
+    assert (stab.status, stab.corrected) == (PRESENT, True)
+    assert result.decision_point not in ("A", "B")
+    assert result.corrected_only  # the judgement marks the call uncertain and says why
+
+
+def test_a_bleed_that_has_stopped_is_resolved_not_uncontrolled(catalogue):
+    text = "there was a lot of blood from his hand but it has stopped now with a towel pressed on it"
+    findings, result = assess_call(text, catalogue)
+    assert status(text, "massive_bleeding", catalogue) == RESOLVED
+    assert status(text, "bleeding_stopped", catalogue) == PRESENT
+    assert "heavy, uncontrolled bleeding" not in describe_findings(findings, catalogue)
+    assert result.level is None or result.level >= 3
+
+
+def test_a_negation_stops_at_the_next_clause(catalogue):
+    text = "bee sting on his arm, it is red, his throat is not swollen and his breathing is fine"
+    findings, result = assess_call(text, catalogue)
+    assert status(text, "breathing_ok", catalogue) == PRESENT
+    assert status(text, "apnoea", catalogue) is None
+    assert result.level != 1
+    shown = describe_findings(extract_findings("my knee hurts, my breathing is normal", catalogue), catalogue)
+    assert "breathing normally" in shown and "not breathing" not in shown
+
+
+def test_a_toddlers_fall_from_a_balcony_is_high_risk_by_its_height(catalogue):
+    text = ("my 18 month old climbed onto the balcony and fell to the patio below, one floor, he cried at once and "
+            "now seems fine")
+    findings, result = assess_call(text, catalogue)
+    assert findings.vitals.worst("fall_height_m") == pytest.approx(3.0)
+    assert (result.level, result.decision_point) == (2, "B")
+    assert "fall from more than twice the patient's height" in [r.text for r in result.reasons]
+
+
+@pytest.mark.parametrize(
+    ("text", "level", "reason"),
+    [
+        ("police officer here, we have CPR in progress on a male in his sixties at the bus station", 1,
+         "not breathing or no pulse"),
+        ("this is the nurse at Elm Lodge, resident has a 30 percent burn to the torso from a kettle", 2,
+         "burns over 10% of the body or more"),
+        ("he fell about ten feet off a ladder and landed on his feet, he cannot walk, back pain", 2,
+         "fall from 3 metres (10 feet, a storey) or more"),
+        ("crew on scene, male found in the street, GCS 7, breathing", 1, "GCS 8 or less: cannot protect the airway"),
+    ],
+)
+def test_professional_shorthand_and_quantities_are_read(catalogue, text, level, reason):
+    _, result = assess_call(text, catalogue)
+    assert result.level == level
+    assert reason in [r.text for r in result.reasons]
+
+
+def test_a_denial_of_the_past_is_not_a_denial_now(catalogue):
+    text = "my husband just passed out for a few seconds, he's talking now. He's never fainted before."
+    assert status(text, "syncope", catalogue) in (PRESENT, RESOLVED)
+
+
+def test_the_answer_to_a_question_goes_to_what_it_asked(catalogue):
+    noise = "Call-taker: Is she making a high-pitched noise when she breathes in? Caller: No, only when she coughs."
+    assert status(noise, "stridor", catalogue) == "negated"
+    assert status(noise, "apnoea", catalogue) is None
+    two = "Call-taker: Is she breathing normally, any swelling of the face? Caller: No."
+    assert status(two, "apnoea", catalogue) is None  # the "no" may be to the swelling
+    assert status("Call-taker: Does he respond if you shout? Caller: No. Nothing.", "unresponsive", catalogue) == PRESENT
+    moth = "There's a moth stuck in my ear and I can hear it flapping, where do I go?"
+    assert status(moth, "object_in_ear_nose", catalogue) == PRESENT
+
+
+def test_the_caller_being_family_does_not_make_the_finding_someone_elses(catalogue):
+    # medspaCy's default FAMILY rule marks any family word; context.yaml leaves it out for calls
+    assert status("me son fell off the monkey bars at school, he's eight", "fall", catalogue) == PRESENT
+    assert status("my dad had chest pain last year, now his knee is sore", "chest_pain", catalogue) != PRESENT
+
+
+def _evaluation_calls():
+    for path in sorted((REPO / "fixtures" / "evaluation").glob("*/*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                yield json.loads(line)["transcript"]
+
+
+def test_no_evaluation_call_yields_contradicting_assertions(catalogue):
+    """One assertion per concept, and no finding current beside its opposite or resolver stated after it."""
+    calls = list(_evaluation_calls())
+    assert len(calls) >= 1000
+    opposites = {c.id: c.opposite for c in catalogue.concepts.values() if c.opposite}
+    for text, findings in zip(calls, extract_many(calls, catalogue), strict=True):
+        concepts = [f.concept for f in findings.items]
+        assert len(concepts) == len(set(concepts)), text
+        by_concept = {f.concept: f for f in findings.items}
+        for normal, opposite in opposites.items():
+            ok, bad = by_concept.get(normal), by_concept.get(opposite)
+            if ok and bad and ok.status == PRESENT and not ok.derived and bad.status in CURRENT:
+                bare_word = len(ok.words.split()) < 2  # "breathing" names the state; it resolves nothing
+                assert bare_word or (ok.start is not None and bad.start is not None and ok.start <= bad.start), text
