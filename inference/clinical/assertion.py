@@ -17,7 +17,7 @@ else, a hypothetical, an unanswered question).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from spacy.tokens import Doc, Span
 
@@ -36,6 +36,7 @@ YES = frozenset({"yes", "yeah", "yep", "yup", "aye", "correct", "definitely", "a
 NO = frozenset({"no", "nope", "nah", "naw", "not", "negative"})
 STATEMENT_TOKENS = 2  # a bare word ("breathing") names a state; only a statement ("he's breathing") resolves one
 NOW = frozenset({PRESENT, POSSIBLE, RESOLVED, NEGATED})
+ANSWERED = "answered"  # in ``Assertion.categories``: the status is the caller's yes or no to a question
 QUESTION_PART_BREAKS = frozenset({",", ";", "or", "and"})  # "Any chest pain, trouble breathing, or a faint?"
 QUESTION_OPENERS = frozenset({
     "is", "are", "was", "were", "do", "does", "did", "has", "have", "had", "can", "could", "will", "would", "any",
@@ -75,7 +76,8 @@ def assert_mention(span: Span, normal: frozenset[str] = frozenset()) -> Assertio
 def _status(span: Span, normal: frozenset[str]) -> tuple[str, bool, frozenset[str]]:
     parts = _question_parts(span)
     if parts is not None:
-        return _answered(span, parts, normal), False, frozenset()
+        status = _answered(span, parts, normal)
+        return status, False, frozenset() if status == QUESTION else frozenset({ANSWERED})
     found = [(FROM_CONTEXT[m.category], m) for m in span._.modifiers if m.category in FROM_CONTEXT]
     found = [(s, m) for s, m in found if not (m.rule.metadata or {}).get("with_negation")] + [
         (s, m) for s, m in found if (m.rule.metadata or {}).get("with_negation")
@@ -150,6 +152,27 @@ def _answer_after(sentence: Span) -> bool | None:
     if doc[i].norm_ in NO:
         return False
     return None
+
+
+def resolve_told_of_it(doc: Doc, assertions: list[Assertion]) -> list[Assertion]:
+    """"It's stopped", "nothing since", "that's settled": a resolution told of "it", across a clause break or
+    a "but", ends the finding said last before it in the same sentence ("it was bleeding a lot but I've had a
+    towel pressed on it for ten minutes and it's stopped")."""
+    graph = doc._.context_graph
+    out = list(assertions)
+    for modifier in (graph.modifiers if graph is not None else ()):
+        if modifier.category != "RESOLVED_PREVIOUS":
+            continue
+        start = modifier.modifier_span[0]
+        sentence = doc[start].sent
+        before = [i for i, a in enumerate(out) if sentence.start <= a.position < start and a.status in CURRENT
+                  and not a.derived]
+        if before:
+            last = max(out[i].position for i in before)
+            for i in before:
+                if out[i].position == last:
+                    out[i] = replace(_resolved(out[i]), categories=out[i].categories | {"RESOLVED_PREVIOUS"})
+    return out
 
 
 def call_assertions(assertions: list[Assertion], opposites: dict[str, str], resolves: dict[str, tuple[str, ...]]

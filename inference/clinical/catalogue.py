@@ -32,7 +32,9 @@ from .records import (
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 KINDS = frozenset({"finding", "normal", "risk", "mechanism", "population"})
-CUE_CATEGORIES = frozenset({"negated", "possible", "resolved", "historical", "hypothetical", "other_person"})
+CUE_CATEGORIES = frozenset({"negated", "possible", "resolved", "historical", "hypothetical", "other_person",
+                            "resolved_previous"})
+PERSISTENT_KINDS = frozenset({"risk", "population"})  # a risk told in the past tense is a risk now
 DIRECTIONS = frozenset({"forward", "backward", "both"})
 POINTS = frozenset({"A", "B"})
 # Readings a rule can test: vital signs, and quantities a caller states (``vitals.read_vitals``);
@@ -189,7 +191,10 @@ def _refs(items: Any, concepts: Mapping[str, Concept], where: str, default: str 
             raise CatalogueError(f"{where}: unknown concept {name!r}")
         if scope not in SCOPES:
             raise CatalogueError(f"{where}: {item!r}: scope must be one of @{', @'.join(s for s in SCOPES if s)}")
-        refs.append(ConceptRef(name, SCOPES[scope or default]))
+        statuses = SCOPES[scope or default]
+        if not scope and concepts[name].kind in PERSISTENT_KINDS:
+            statuses = SCOPES["any"]  # "had a heart attack in 2019", "a transplant last year": a risk now
+        refs.append(ConceptRef(name, statuses))
     return tuple(refs)
 
 

@@ -25,8 +25,9 @@ from .assertion import (
     Assertion,
     assert_mention,
     call_assertions,
+    resolve_told_of_it,
 )
-from .catalogue import Catalogue, ConceptRef
+from .catalogue import PERSISTENT_KINDS, Catalogue, ConceptRef
 from .patient import Patient, describe_patient
 from .reader import mentions, normalised_text, reader_for
 from .vitals import Vitals, read_vitals
@@ -69,17 +70,15 @@ def extract_many(transcripts: Sequence[str], catalogue: Catalogue) -> list[Findi
     return [findings_of(doc, catalogue) for doc in reader_for(catalogue).read_many(transcripts)]
 
 
-PERSISTENT_KINDS = ("risk", "population")
-
-
 def findings_of(doc: Doc, catalogue: Catalogue) -> Findings:
     normal = frozenset(c.id for c in catalogue.concepts.values() if c.kind == "normal")
-    said = [_persistent(assert_mention(span, normal), catalogue) for span in mentions(doc)]
+    said = resolve_told_of_it(doc, [_negated_history(assert_mention(span, normal), catalogue)
+                                    for span in mentions(doc)])
     derived = _opposites(said, catalogue)
     derived += _implied([*said, *derived], catalogue)
     opposites = {c.id: c.opposite for c in catalogue.concepts.values() if c.opposite}
     resolves = {c.id: c.resolves for c in catalogue.concepts.values() if c.resolves}
-    merged = call_assertions([*said, *derived], opposites, resolves)
+    merged = call_assertions([*said, *derived, *_stopped(said, catalogue)], opposites, resolves)
     items = [Finding(a.concept, a.status, a.uncertain, a.words, a.derived, a.corrected, a.start, a.end)
              for a in sorted(merged.values(), key=lambda a: (a.position, a.concept))]
     text = normalised_text(doc)
@@ -101,16 +100,26 @@ def _measured(vitals: Vitals, merged: dict[str, Assertion], catalogue: Catalogue
     return out
 
 
-def _persistent(assertion: Assertion, catalogue: Catalogue) -> Assertion:
-    """A risk factor told in the past tense is a risk now ("had a transplant last year", "had a heart attack
-    two years ago"); a symptom told in the past is not. A symptom denied in the past ("he's never fainted
-    before") is a history, not a denial now."""
+def _negated_history(assertion: Assertion, catalogue: Catalogue) -> Assertion:
+    """A symptom denied in the past ("he's never fainted before") is a history, not a denial now; a risk factor
+    denied in the past ("no history of diabetes") is denied. (A risk told in the past tense stays historical and
+    counts as a risk now: ``catalogue.PERSISTENT_KINDS``.)"""
     persistent = catalogue.concepts[assertion.concept].kind in PERSISTENT_KINDS
-    if assertion.status in (HISTORICAL, RESOLVED) and persistent:
-        return replace(assertion, status=PRESENT)
     if assertion.status == NEGATED and HISTORICAL in assertion.categories and not persistent:
         return replace(assertion, status=HISTORICAL)
     return assertion
+
+
+def _stopped(said: list[Assertion], catalogue: Catalogue) -> list[Assertion]:
+    """A finding resolved by a later "it's stopped" is also the finding that says so ("it was bleeding a lot ...
+    it's stopped" -> bleeding stopped), where the catalogue has one (a finding that ``resolves`` it)."""
+    out = []
+    for a in said:
+        if a.status == RESOLVED and "RESOLVED_PREVIOUS" in a.categories:
+            for concept in catalogue.concepts.values():
+                if concept.kind == "finding" and a.concept in concept.resolves:
+                    out.append(replace(a, concept=concept.id, status=PRESENT, derived=True))
+    return out
 
 
 def _opposites(assertions: Iterable[Assertion], catalogue: Catalogue) -> list[Assertion]:

@@ -48,6 +48,7 @@ APOSTROPHE_LESS = {"s": "'s", "m": "am", "re": "are", "ll": "will", "d": "would"
 CATEGORY_NAMES = {
     "negated": "NEGATED_EXISTENCE", "possible": "POSSIBLE_EXISTENCE", "historical": "HISTORICAL",
     "hypothetical": "HYPOTHETICAL", "other_person": "FAMILY", "resolved": "RESOLVED",
+    "resolved_previous": "RESOLVED_PREVIOUS",  # read by ``assertion.resolve_told_of_it``, not as an edge
 }
 DIRECTION_NAMES = {"forward": "FORWARD", "backward": "BACKWARD", "both": "BIDIRECTIONAL"}
 
@@ -204,7 +205,12 @@ def outermost(doc: Doc) -> Doc:
                 k.label_ == span.label_ or ((k.end - k.start) > (span.end - span.start) and not _has_gap(k)))
                 for k in kept):
             kept.append(span)
-    doc.spans[SPAN_GROUP] = kept
+    # Two mentions that share words without one holding the other: the phrase without a gap keeps them ("his
+    # blue inhaler" is asthma's "blue inhaler", not "he ... blue")
+    loose = {id(a) for a in kept for b in kept if a is not b and a.label_ != b.label_ and _has_gap(a)
+             and not _has_gap(b) and a.start < b.end and b.start < a.end
+             and not (a.start <= b.start and b.end <= a.end)}
+    doc.spans[SPAN_GROUP] = [s for s in kept if id(s) not in loose]
     return doc
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from inference.clinical import AlgorithmResult, Catalogue, Findings, extract_many, run_algorithm
-from inference.clinical.assertion import CURRENT, NEGATED
-from inference.clinical.catalogue import RESOURCE_WEIGHTS
+from inference.clinical.assertion import CURRENT, HISTORICAL, NEGATED, RESOLVED
+from inference.clinical.catalogue import PERSISTENT_KINDS, RESOURCE_WEIGHTS
 
 AGE_BANDS = (("age:<1", 0, 1), ("age:1-15", 1, 16), ("age:16-64", 16, 65), ("age:65+", 65, 200))
 
@@ -32,7 +32,9 @@ def feature_names(catalogue: Catalogue) -> list[str]:
 
 def call_features(findings: Findings, result: AlgorithmResult, catalogue: Catalogue) -> set[str]:
     """The names of the features that are on for this call."""
-    on = {f"c:{f.concept}" for f in findings.items if f.status in CURRENT}
+    persistent = {c.id for c in catalogue.concepts.values() if c.kind in PERSISTENT_KINDS}
+    on = {f"c:{f.concept}" for f in findings.items
+          if f.status in CURRENT or (f.concept in persistent and f.status in (HISTORICAL, RESOLVED))}
     on |= {f"n:{f.concept}" for f in findings.items if f.status == NEGATED}
     on |= {f"r:{rule}" for rule in result.fired}
     on.add(f"level:{result.level}" if result.level is not None else "level:none")

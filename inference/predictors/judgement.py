@@ -7,10 +7,12 @@ split probability mass, the two likeliest levels within ``SPLIT_MARGIN``, goes t
 - A or B fired: the algorithm's level stands, with its rules as reasons; the model may make it ESI 1 only with
   a named finding behind it (an A rule that nearly holds: ``AlgorithmResult.near``). A disagreement marks the
   call uncertain.
-- Otherwise the model may raise the call to ESI 1 or 2 only together with a named finding: a rule of that
-  decision point that nearly holds ("B: chest pain (close to: chest pain in an adult over 40)"). Where nothing
-  named backs it, the level stays at C, the call is marked uncertain, and the reason says what was read: the
-  phrases that weighed most ("similar calls: 'went grey', 'on the floor'").
+- Otherwise the model may raise a level the rules gave (at C) to ESI 1 or 2 only together with a named finding:
+  a rule of that decision point that nearly holds ("B: chest pain (close to: chest pain in an adult over
+  40)"). Where nothing named backs it, the level stays at C. Where no rule recognised the call at all, the
+  model is the only signal and its level stands. Either way the call is then marked uncertain and the reason
+  says what was read: the phrases that weighed most ("calls worded like this one ('went grey', 'on the
+  floor') were often ESI 2").
 - At C the model counts the resources (the catalogue's resource rules cover only the complaints they name, and
   letting their count override the head raised over-triage: docs/decisions/triage-judgement.md); the reason
   names the complaint the rules recognised, or, where no rule covers it, the phrases read, and the call is
@@ -61,10 +63,13 @@ def judge(
                          uncertain or wanted != result.level)
     c_level = _c_level(probabilities, wanted, result)
     if wanted <= 2:
-        named = _named(result, wanted, labels)
-        if named:
-            return Judgement(wanted, POINT_OF_LEVEL[wanted], (*named, *_strs(result.reasons), *spelling),
-                             uncertain or result.level is None or abs(result.level - wanted) >= 2)
+        for level in range(wanted, 3):  # ESI 1 wanted, only a B rule nearly holding: ESI 2
+            named = _named(result, level, labels)
+            if named:
+                return Judgement(level, POINT_OF_LEVEL[level], (*named, *_strs(result.reasons), *spelling),
+                                 uncertain or result.level is None or abs(result.level - level) >= 2)
+        if result.level is None:  # no rule recognised the call: the model is the only signal
+            return Judgement(wanted, POINT_OF_LEVEL[wanted], (*_evidence_reason(wanted, evidence), *spelling), True)
         uncertain = True
         spelling = (*_evidence_reason(wanted, evidence), *spelling)
     level = c_level
@@ -103,10 +108,8 @@ def _named(result: AlgorithmResult, level: int, labels: dict[str, str]) -> tuple
 
 
 def _evidence_reason(level: int, evidence: Sequence[str]) -> tuple[str, ...]:
-    if not evidence:
-        return (f"uncertain: calls worded like this one were often ESI {level}; no high-risk finding named",)
-    return (f"uncertain: calls worded like this one ({_quoted(evidence)}) were often ESI {level}; "
-            "no high-risk finding named",)
+    said = f" ({_quoted(evidence)})" if evidence else ""
+    return (f"uncertain: calls worded like this one{said} were often ESI {level}; no high-risk finding named",)
 
 
 def _spelling_reasons(result: AlgorithmResult) -> tuple[str, ...]:

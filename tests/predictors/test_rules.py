@@ -52,7 +52,7 @@ def test_the_model_raises_a_call_only_with_a_named_finding_behind_it():
     assert backed.reasons[0] == "B: arm or leg weakness on one side (close to: stroke signs)"
 
 
-def test_where_the_model_is_the_only_signal_the_call_stays_at_c_uncertain_with_what_was_read():
+def test_a_model_raising_a_level_the_rules_gave_without_a_named_finding_leaves_it_uncertain_with_what_was_read():
     verdict = judge([0.1, 0.5, 0.2, 0.15, 0.05], 2, _result(5, "C", "no resources (a bruise)"),
                     evidence=("banged his shin", "table"))
     assert (verdict.esi, verdict.decision_point, verdict.uncertain) == (5, "C", True)
@@ -62,7 +62,9 @@ def test_where_the_model_is_the_only_signal_the_call_stays_at_c_uncertain_with_w
         "finding named",
     )
     alone = judge([0.9, 0.05, 0.03, 0.01, 0.01], 1, _result(None, None, None), evidence=("went blue",))
-    assert (alone.esi, alone.uncertain) == (3, True)
+    assert (alone.esi, alone.uncertain) == (1, True)  # no rule recognised the call: the model alone decides
+    assert alone.reasons == ("uncertain: calls worded like this one ('went blue') were often ESI 1; no high-risk "
+                             "finding named",)
     assert all("learned model" not in r for r in (*verdict.reasons, *alone.reasons))
 
 
