@@ -46,14 +46,15 @@ class AlgorithmResult:
 
 @dataclass(frozen=True)
 class NearMiss:
-    """An A or B rule whose findings all hold but whose age or sex test does not (or, for a rule of three
-    findings or more, all but one hold; its vital-sign tests must hold), with the findings that do: "chest pain"
-    for "chest pain in an adult over 40" in a man of 35."""
+    """An A or B rule all of whose findings but one hold, or all of them but not its age or sex test (its
+    vital-sign tests must hold), with the findings that do: "chest pain" for "chest pain in an adult over 40" in
+    a man of 35 (``complete``), "labour" for "cord prolapse in labour"."""
 
     point: str
     rule: str
     reason: str
     concepts: tuple[str, ...]
+    complete: bool = False  # every finding of the rule holds; only its age or sex test fails
 
 
 def matches(condition: Condition, findings: Findings, catalogue: Catalogue | None = None) -> bool:
@@ -132,9 +133,8 @@ def _near_misses(catalogue: Catalogue, findings: Findings, fired: list[Rule]) ->
         groups = [*when.all, *([when.any] if when.any else [])]
         held = [next((ref.concept for ref in group if findings.holds(ref)), None) for group in groups]
         found = tuple(c for c in held if c is not None)
-        # every finding the rule names, its age or sex aside; or all but one of three or more
-        if found and (len(found) == len(groups) or (len(groups) >= 3 and len(found) == len(groups) - 1)):
-            out.append(NearMiss(rule.point, rule.id, rule.reason, found))
+        if found and len(found) >= len(groups) - 1:
+            out.append(NearMiss(rule.point, rule.id, rule.reason, found, complete=len(found) == len(groups)))
     return tuple(out)
 
 

@@ -129,3 +129,34 @@ def test_no_evaluation_call_yields_contradicting_assertions(catalogue):
             if ok and bad and ok.status == PRESENT and not ok.derived and bad.status in CURRENT:
                 bare_word = len(ok.words.split()) < 2  # "breathing" names the state; it resolves nothing
                 assert bare_word or (ok.start is not None and bad.start is not None and ok.start <= bad.start), text
+
+
+def test_the_findings_score_counts_asserted_findings_and_assertions_against_the_annotation(catalogue):
+    from inference.clinical.evaluation import score_findings
+
+    mapping = {"not_breathing": ("apnoea",), "breathing_normally": ("breathing_ok",), "chest_pain": ("chest_pain",)}
+    records = [{"transcript": "he's not breathing, no chest pain", "findings": {
+        "not_breathing": "present", "chest_pain": "negated"}},
+        {"transcript": "my chest hurts", "findings": {"chest_pain": "resolved"}}]
+    def read(text):
+        return [(f.concept, f.status) for f in extract_findings(text, catalogue).items]
+    score = score_findings(records, read, mapping, catalogue)
+    # asserted: apnoea (right), chest pain in call 2 (the annotator says resolved: a false positive)
+    assert (score["precision"], score["recall"]) == (0.5, 1.0)
+    assert score["assertion_accuracy"] == pytest.approx(2 / 3)
+    assert score["calls_with_contradictions"] == 0
+
+
+@pytest.mark.parametrize(
+    ("text", "level"),
+    [
+        ("he stubbed his toe", 5),
+        ("bee sting on his arm, it is red, his throat is not swollen and his breathing is fine", 5),
+        ("he banged his shin on the table, it's a bit bruised, his breathing is okay and he's walking about", 5),
+        ("there was a lot of blood from his hand but it has stopped now with a towel pressed on it", 4),
+    ],
+)
+def test_the_rules_put_the_minor_probes_within_one_level_of_the_handbook(catalogue, text, level):
+    _, result = assess_call(text, catalogue)
+    assert result.level is None or abs(result.level - level) <= 1
+    assert result.decision_point not in ("A", "B")

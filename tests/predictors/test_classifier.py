@@ -137,3 +137,37 @@ def test_the_decision_is_tuned_to_fewest_costed_misfires_and_unclears():
     assert margin > 0.05 and WRONG_CONFIDENT_COST > 1
     decided = [row for row in rows if row[0] >= threshold and row[0] - row[1] >= margin]
     assert len(decided) == 8
+
+
+# The urgency issue's probes (ours, not from an evaluation set), with the handbook's level for each.
+PROBES = [
+    ("he stubbed his toe", 5),
+    ("there was a lot of blood from his hand but it has stopped now with a towel pressed on it", 4),
+    ("bee sting on his arm, it is red, his throat is not swollen and his breathing is fine", 5),
+    ("my 18 month old climbed onto the balcony and fell to the patio below, one floor, he cried at once and now "
+     "seems fine", 2),
+    ("police officer here, we have CPR in progress on a male in his sixties at the bus station", 1),
+    ("this is the nurse at Elm Lodge, resident has a 30 percent burn to the torso from a kettle", 2),
+    ("he fell about ten feet off a ladder and landed on his feet, he cannot walk, back pain", 2),
+    ("he banged his shin on the table, it's a bit bruised, his breathing is okay and he's walking about", 5),
+]
+
+
+def test_the_probes_get_a_level_within_one_of_the_handbooks_and_reasons_a_clinician_would_sign(
+        trained_predictors_dir):
+    """With the tiny model the tests train: the probes the rules decide (ESI 1-2) within one of the handbook's
+    level, the minor ones never raised to ESI 1-2 (no finding names a reason to); the full model's levels on
+    the same probes are all within one (the urgency section of BENCHMARKS.md)."""
+    predictions = load_triage_predictor(trained_predictors_dir).predict([text for text, _ in PROBES])
+    for (text, level), prediction in zip(PROBES, predictions, strict=True):
+        if level <= 2:
+            assert abs(prediction.esi - level) <= 1, (text, prediction)
+        else:
+            assert prediction.esi >= 3, (text, prediction)
+        assert prediction.reasons, text
+        for reason in prediction.reasons:
+            assert reason.split(":")[0] in ("A", "B", "C", "D", "uncertain"), reason
+            assert "learned model" not in reason, reason
+    assert "stab or gunshot wound" not in predictions[0].findings
+    assert "heavy, uncontrolled bleeding" not in predictions[1].findings
+    assert "not breathing" not in predictions[2].findings

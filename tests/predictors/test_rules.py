@@ -37,7 +37,7 @@ def test_where_algorithm_and_model_disagree_the_more_urgent_wins_and_the_call_is
 
 
 def test_split_probability_mass_goes_to_the_more_urgent_level_and_is_marked():
-    near = (NearMiss("B", "chest_pain_over_40", "chest pain in an adult over 40", ("chest_pain",)),)
+    near = (NearMiss("B", "chest_pain_over_40", "chest pain in an adult over 40", ("chest_pain",), complete=True),)
     verdict = judge([0.0, 0.45, 0.47, 0.08, 0.0], 3, _result(None, None, None, near=near),
                     labels={"chest_pain": "chest pain"})
     assert (verdict.esi, verdict.decision_point, verdict.uncertain) == (2, "B", True)
@@ -45,11 +45,11 @@ def test_split_probability_mass_goes_to_the_more_urgent_level_and_is_marked():
 
 
 def test_the_model_raises_a_call_only_with_a_named_finding_behind_it():
-    near = (NearMiss("B", "stroke_signs", "stroke signs", ("stroke_arm",)),)
-    backed = judge([0.05, 0.8, 0.1, 0.05, 0.0], 2, _result(4, "C", "1 resource (labs) for weakness", near=near),
-                   labels={"stroke_arm": "arm or leg weakness on one side"})
-    assert (backed.esi, backed.decision_point) == (2, "B")
-    assert backed.reasons[0] == "B: arm or leg weakness on one side (close to: stroke signs)"
+    near = (NearMiss("A", "cord_prolapse", "cord prolapse or abnormal presentation in labour", ("labour",)),)
+    backed = judge([0.8, 0.1, 0.05, 0.05, 0.0], 1, _result(3, "C", "2 resources (labs, consult) for labour", near=near),
+                   labels={"labour": "labour"}, evidence=("cord", "hanging out"))
+    assert (backed.esi, backed.decision_point) == (1, "A")
+    assert backed.reasons[0] == "A: labour, with 'cord', 'hanging out'"
 
 
 def test_a_model_raising_a_level_the_rules_gave_without_a_named_finding_leaves_it_uncertain_with_what_was_read():

@@ -1,6 +1,7 @@
-"""Score the trained triage predictors on the independently written evaluation sets. No database needed.
+"""Score the trained triage predictors on the independently written evaluation sets, and the reading of calls on
+the findings sets. No database needed.
 
-    python manage.py evaluate_triage                      # both sets, a table
+    python manage.py evaluate_triage                      # every set, a table
     python manage.py evaluate_triage --json               # the metrics, for BENCHMARKS.md
 """
 
@@ -16,13 +17,16 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 
 class Command(BaseCommand):
-    help = ("ESI and protocol metrics of the trained predictors on fixtures/evaluation/{independent,development}, "
-            "with CPU time per call.")
+    help = ("ESI and protocol metrics of the trained predictors on fixtures/evaluation/{independent,independent-2,"
+            "development}, with CPU time per call; asserted findings on fixtures/evaluation/{findings,"
+            "findings-development}.")
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--predictors", type=Path, help="trained bundle (default: TRIAGE['PREDICTORS_DIR'])")
-        parser.add_argument("--sets", default="independent,development", help="comma-separated evaluation sets")
+        parser.add_argument("--sets", default=",".join(_esi_sets()), help="comma-separated evaluation sets")
+        parser.add_argument("--findings-sets", default="findings,findings-development",
+                            help="comma-separated findings sets ('' for none)")
         parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -46,7 +50,10 @@ class Command(BaseCommand):
             predictions = training.predict_records(predictor, records, chunk=32)
             cpu_ms = (time.process_time() - started) * 1000 / max(1, len(records))
             results[name] = {**training.evaluate(predictions, records, family_of), "cpu_ms_per_call": round(cpu_ms, 1)}
-        report = {"version": predictor.version, "catalogue": predictor.catalogue_version, "sets": results}
+        findings = {name: _findings_metrics(name, predictor.catalogue)
+                    for name in filter(None, options["findings_sets"].split(","))}
+        report = {"version": predictor.version, "catalogue": predictor.catalogue_version, "sets": results,
+                  "findings": findings}
         if options["json"]:
             self.stdout.write(json.dumps(report, indent=2, sort_keys=True))
             return
@@ -62,3 +69,30 @@ class Command(BaseCommand):
                 f"{protocol['right']:.3f}/{protocol['unclear']:.3f}/{protocol['wrong_confident']:.3f}"
                 f"            {r['cpu_ms_per_call']}"
             )
+        if findings:
+            self.stdout.write("findings set          calls  precision  recall  assertion accuracy  contradictions")
+        for name, f in findings.items():
+            self.stdout.write(f"{name:<21} {f['calls']:<6} {f['precision']:.3f}      {f['recall']:.3f}   "
+                              f"{f['assertion_accuracy']:.3f}               {f['calls_with_contradictions']}")
+
+
+def _esi_sets() -> tuple[str, ...]:
+    from inference.predictors import training
+
+    return training.EVALUATION_SETS
+
+
+def _findings_metrics(name: str, catalogue: Any) -> dict[str, Any]:
+    """Precision and recall of asserted findings and assertion accuracy (``inference.clinical.evaluation``)."""
+    from inference.clinical import extract_many
+    from inference.clinical.evaluation import FINDINGS_SET, load_findings_set, score_findings
+
+    root = FINDINGS_SET.parent / name
+    if not root.is_dir():
+        raise CommandError(f"--findings-sets: no findings set {name!r} under {FINDINGS_SET.parent}")
+    records, mapping = load_findings_set(root)
+    read = dict(zip([r["id"] for r in records], extract_many([r["transcript"] for r in records], catalogue),
+                    strict=True))
+    by_text = {r["transcript"]: read[r["id"]] for r in records}
+    return score_findings(records, lambda text: [(f.concept, f.status) for f in by_text[text].items], mapping,
+                          catalogue)
