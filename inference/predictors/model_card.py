@@ -5,8 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-# The done-criteria on the independent evaluation set.
+# The done-criteria: on the independent evaluation set (issue 16), and on the second one, written by new authors
+# before anything was tuned on it (issue 28).
 TARGETS = {"accuracy": 0.80, "under_triage_rate": 0.05, "esi1_recall": 0.95, "over_triage_rate": 0.15}
+TARGETS_2 = {"accuracy": 0.85, "under_triage_rate": 0.04, "esi1_recall": 0.95, "over_triage_rate": 0.12}
 
 
 def _pct(x: float) -> str:
@@ -35,12 +37,12 @@ def _row(name: str, result: dict[str, Any]) -> str:
     )
 
 
-def verdict(esi: dict[str, Any]) -> list[str]:
+def verdict(esi: dict[str, Any], targets: dict[str, float] = TARGETS) -> list[str]:
     checks = [
-        ("exact", esi["accuracy"], ">=", TARGETS["accuracy"]),
-        ("under-triage", esi["under_triage_rate"], "<=", TARGETS["under_triage_rate"]),
-        ("ESI-1 recall", esi["per_level"]["1"]["recall"], ">=", TARGETS["esi1_recall"]),
-        ("over-triage", esi["over_triage_rate"], "<=", TARGETS["over_triage_rate"]),
+        ("exact", esi["accuracy"], ">=", targets["accuracy"]),
+        ("under-triage", esi["under_triage_rate"], "<=", targets["under_triage_rate"]),
+        ("ESI-1 recall", esi["per_level"]["1"]["recall"], ">=", targets["esi1_recall"]),
+        ("over-triage", esi["over_triage_rate"], "<=", targets["over_triage_rate"]),
     ]
     return [
         f"- {name}: {value:.3f} (target {op} {target}): {'met' if (value >= target if op == '>=' else value <= target) else 'NOT met'}"
@@ -60,10 +62,12 @@ def render_model_card(metrics: dict[str, Any]) -> str:
         f"1-{cfg['max_n']}-grams used by at least {cfg['min_df']} training calls (TF-IDF, {metrics['n_terms']} terms) "
         "and the algorithm's findings, rules and level by name.",
         "",
-        "The level of a call is the ESI algorithm's (decision points A-D over findings from the free text and the "
-        "catalogue) combined with a logistic regression on [word n-grams, the algorithm's features]; where they "
-        "disagree, or the probability mass is split between two levels, the more urgent wins and the call is "
-        "marked uncertain.",
+        "The level of a call is the ESI algorithm's (decision points A-D over findings read from the free text "
+        "with spaCy and medspaCy, and the catalogue) combined with a logistic regression on [word n-grams, the "
+        "algorithm's features]: the model raises a level only with a named finding (a rule that nearly holds), "
+        "decides alone only where no rule recognised the call, and counts resources at C; every reason names a "
+        "finding or a rule, and a call where they part or the probability mass is split is marked uncertain "
+        "(docs/decisions/clinical-text-with-medspacy.md).",
         f"ESI and protocol training data: `{corpus['written_path']}`, {corpus['written_calls']} calls by {corpus['written_authors']} "
         f"authors (sha256 {corpus['written_sha256'][:12]}…), output length too. Training time {metrics['timing']['train_s']} s "
         f"({metrics['timing']['total_s']} s with evaluation).",
@@ -85,6 +89,9 @@ def render_model_card(metrics: dict[str, Any]) -> str:
     ]
     if "independent" in evaluation:
         lines += ["Targets on the independent set:", "", *verdict(evaluation["independent"]["esi"]), ""]
+    if "independent-2" in evaluation:
+        lines += ["Targets on the second independent set:", "",
+                  *verdict(evaluation["independent-2"]["esi"], TARGETS_2), ""]
     lines += [
         "Decision rule: the most urgent level k with P(ESI <= k) >= t_k, t = "
         + ", ".join(f"{t:.2f}" for t in metrics["thresholds"])
@@ -94,6 +101,7 @@ def render_model_card(metrics: dict[str, Any]) -> str:
     ]
     for name, result in evaluation.items():
         lines += [f"### Confusion, {name} set", "", *_confusion(result["esi"]["confusion_matrix"]), ""]
+    lines += _findings_section(metrics.get("findings", {}))
     lines += _protocol_section(metrics)
     lines += [
         "## Calibration",
@@ -118,6 +126,26 @@ def render_model_card(metrics: dict[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _findings_section(findings: dict[str, Any]) -> list[str]:
+    if not findings:
+        return []
+    return [
+        "## Reading: asserted findings",
+        "",
+        "Calls whose findings were annotated as spans with their assertion by authors who never saw the catalogue "
+        "(docs/findings-annotation-guide.md): of the findings asserted for the patient now, the share the annotators "
+        "assert (precision) and the reverse (recall); of the findings both mention, the share with the same "
+        "assertion. `findings-development/` is read while building; `findings/` never.",
+        "",
+        "| set | calls | precision | recall | assertion accuracy | calls with contradictions |",
+        "|---|---|---|---|---|---|",
+        *[f"| {name} (`{f['path']}`) | {f['calls']} | {f['precision']:.3f} | {f['recall']:.3f} | "
+          f"{f['assertion_accuracy']:.3f} | {f['calls_with_contradictions']} |"
+          for name, f in findings.items()],
+        "",
+    ]
 
 
 def _length_row(name: str, length: dict[str, Any]) -> str:

@@ -58,6 +58,7 @@ DEFAULT_CORPUS = REPO_ROOT / "fixtures" / "calls" / "calls.jsonl"  # the templat
 WRITTEN_CORPUS = REPO_ROOT / "fixtures" / "calls" / "written"  # the ESI training corpus
 EVALUATION_DIR = REPO_ROOT / "fixtures" / "evaluation"
 EVALUATION_SETS = ("independent", "independent-2", "development")
+FINDINGS_SETS = ("findings", "findings-development")  # annotated findings: how calls are read
 Record = dict[str, Any]
 
 
@@ -288,6 +289,22 @@ def evaluate_sets(
     return out
 
 
+def evaluate_findings(name: str, catalogue: Catalogue, limit: int | None = None) -> dict[str, Any]:
+    """Precision and recall of asserted findings and assertion accuracy on a findings set
+    (``inference.clinical.evaluation``)."""
+    from inference.clinical import extract_many
+    from inference.clinical.evaluation import load_findings_set, score_findings
+
+    records, mapping = load_findings_set(EVALUATION_DIR / name)
+    records = records[:limit] if limit else records
+    read = dict(zip((r["id"] for r in records), extract_many([r["transcript"] for r in records], catalogue),
+                    strict=True))
+    by_text = {r["transcript"]: read[r["id"]] for r in records}
+    scored = score_findings(records, lambda text: [(f.concept, f.status) for f in by_text[text].items], mapping,
+                            catalogue)
+    return {"path": str((EVALUATION_DIR / name).relative_to(REPO_ROOT)), **scored}
+
+
 def train(
     config: TrainingConfig = FULL,
     *,
@@ -335,6 +352,7 @@ def train(
             "protocol_validation": protocol_validation,
             "protocol_library": library.label,
             "evaluation": evaluate_sets(predictor, config, family_of, lengths_path, baseline),
+            "findings": {name: evaluate_findings(name, predictor.catalogue, config.eval_limit) for name in FINDINGS_SETS},
             "test": evaluate(predict_records(predictor, template_test), template_test, family_of),
             "timing": {"train_s": round(trained_s, 1), "total_s": round(time.perf_counter() - started, 1)},
         }

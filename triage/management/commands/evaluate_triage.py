@@ -25,7 +25,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--predictors", type=Path, help="trained bundle (default: TRIAGE['PREDICTORS_DIR'])")
         parser.add_argument("--sets", default=",".join(_esi_sets()), help="comma-separated evaluation sets")
-        parser.add_argument("--findings-sets", default="findings,findings-development",
+        parser.add_argument("--findings-sets", default=",".join(_findings_sets()),
                             help="comma-separated findings sets ('' for none)")
         parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
 
@@ -82,17 +82,18 @@ def _esi_sets() -> tuple[str, ...]:
     return training.EVALUATION_SETS
 
 
-def _findings_metrics(name: str, catalogue: Any) -> dict[str, Any]:
-    """Precision and recall of asserted findings and assertion accuracy (``inference.clinical.evaluation``)."""
-    from inference.clinical import extract_many
-    from inference.clinical.evaluation import FINDINGS_SET, load_findings_set, score_findings
+def _findings_sets() -> tuple[str, ...]:
+    from inference.predictors import training
 
-    root = FINDINGS_SET.parent / name
-    if not root.is_dir():
+    return training.FINDINGS_SETS
+
+
+def _findings_metrics(name: str, catalogue: Any) -> dict[str, Any]:
+    from inference.clinical.evaluation import FINDINGS_SET
+    from inference.predictors import training
+
+    if not (FINDINGS_SET.parent / name).is_dir():
         raise CommandError(f"--findings-sets: no findings set {name!r} under {FINDINGS_SET.parent}")
-    records, mapping = load_findings_set(root)
-    read = dict(zip([r["id"] for r in records], extract_many([r["transcript"] for r in records], catalogue),
-                    strict=True))
-    by_text = {r["transcript"]: read[r["id"]] for r in records}
-    return score_findings(records, lambda text: [(f.concept, f.status) for f in by_text[text].items], mapping,
-                          catalogue)
+    started = time.process_time()
+    scored = training.evaluate_findings(name, catalogue)
+    return {**scored, "cpu_ms_per_call": round((time.process_time() - started) * 1000 / max(1, scored["calls"]), 1)}
