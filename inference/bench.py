@@ -18,13 +18,15 @@ import time
 import torch
 
 from inference.backends.hf import HFBackend
-from inference.guidance.corpus import example_records, record_prompt
 from scheduler.config import SchedulerConfig
 from scheduler.cost import PRESETS
 from scheduler.policies import make_scheduler
 
 
 def bench_prompts(backend: HFBackend, n: int) -> list[list[int]]:
+    # imported here: the corpus reads calls with spaCy, which the GPU bench (``inference.gpu_bench``) runs without
+    from inference.guidance.corpus import example_records, record_prompt
+
     records = example_records()
     return [backend.encode(record_prompt(records[(i * 7) % len(records)])) for i in range(n)]
 

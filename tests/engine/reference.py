@@ -2,19 +2,10 @@
 
 from __future__ import annotations
 
-import torch
-
+from inference.gpu_bench.sections import solo_greedy
 from inference.guidance.corpus import example_records, record_prompt
 
-
-def solo_greedy(backend, prompt_ids: list[int], max_new_tokens: int) -> tuple[int, ...]:
-    ids = torch.tensor([prompt_ids], device=backend.device)
-    with torch.inference_mode():
-        out = backend.model.generate(
-            ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, do_sample=False,
-            eos_token_id=backend.eos_token_id, pad_token_id=backend.pad_token_id,
-        )
-    return tuple(out[0, len(prompt_ids):].tolist())
+__all__ = ["corpus_prompts", "solo_greedy"]
 
 
 def corpus_prompts(n: int, stride: int = 5) -> list[str]:

@@ -1,6 +1,7 @@
-"""A scripted scheduler (a test double): runs every active request each iteration, and at the iterations the
-script names preempts the named requests in the named mode. It keeps the Request fields exactly as the
-contract in scheduler/request.py says, so the engine under test cannot tell it from a real policy."""
+"""A scripted scheduler: runs every active request each iteration, and at the iterations the script names
+preempts the named requests in the named mode. It keeps the Request fields exactly as the contract in
+scheduler/request.py says, so the engine cannot tell it from a real policy: the exactness measurement of the
+GPU bench and the engine's tests drive preemptions with it."""
 
 from __future__ import annotations
 
