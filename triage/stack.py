@@ -11,7 +11,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
@@ -141,6 +144,23 @@ class Stack:
 
     def dead(self) -> list[str]:
         return [name for name, proc in self.processes.items() if proc.poll() is not None]
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+@contextmanager
+def stop_requested() -> Iterator[threading.Event]:
+    """An event set by SIGTERM, SIGINT or SIGHUP (a service manager, Ctrl-C, a closed terminal), for as long as
+    the block runs. The handlers only set it: a second signal while the stack is stopping changes nothing, where
+    an exception raised from a handler would abandon the stopping half-way and leave children running."""
+    event = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: event.set()) for sig in STOP_SIGNALS}
+    try:
+        yield event
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _kill_session(pgid: int) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
+import threading
 import time
 from pathlib import Path
 from urllib import request as urlrequest
@@ -13,7 +13,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from triage.stack import Stack, redis_reachable, start_embedded_redis
+from triage.stack import Stack, redis_reachable, start_embedded_redis, stop_requested
 
 SAMPLE_CALLS = Path(settings.BASE_DIR) / "fixtures" / "sample_calls.jsonl"
 TOKEN_FILE = Path(settings.VAR_DIR) / "demo-api-token"
@@ -36,32 +36,36 @@ class Command(BaseCommand):
         self._prepare()
         token = self._demo_token()
         stack = Stack(env=env, log_dir=Path(settings.VAR_DIR) / "logs")
-        signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-        try:
-            stack.start_web(port)
-            stack.start_celery()
-            self._start_inference(stack)
-            base = f"http://127.0.0.1:{port}"
-            self.stdout.write(self.style.SUCCESS(f"board:  {base}/   (login: dispatcher / dispatcher)"))
-            self.stdout.write(f"admin:  {base}/admin/   (login: admin / admin)")
-            self.stdout.write(f"API:    {base}/api/docs/   token in {TOKEN_FILE}")
-            self.stdout.write(f"logs:   {stack.log_dir}/")
-            if not no_replay:
-                self._replay(base, token)
-            if exit_after_replay:
+        with stop_requested() as stop:
+            try:
+                self._run(stack, port, token, no_replay, exit_after_replay, stop)
+            finally:
+                stack.stop_all()  # a further signal only sets ``stop`` again: the stopping runs to its end
+                if embedded_redis is not None:
+                    embedded_redis.shutdown()
+
+    def _run(self, stack: Stack, port: int, token: str, no_replay: bool, exit_after_replay: bool,
+             stop: threading.Event) -> None:
+        for start in (lambda: stack.start_web(port), stack.start_celery, lambda: self._start_inference(stack)):
+            if stop.is_set():
                 return
-            self.stdout.write("running; Ctrl-C stops everything")
-            while True:
-                time.sleep(1)
-                for name in stack.restart_dead():
-                    self.stderr.write(f"{name} stopped; started it again (restart {stack.restarts[name]}) — see "
-                                      f"{stack.log_dir}/{name}.log")
-        except KeyboardInterrupt:
-            pass
-        finally:
-            stack.stop_all()
-            if embedded_redis is not None:
-                embedded_redis.shutdown()
+            start()
+        base = f"http://127.0.0.1:{port}"
+        self.stdout.write(self.style.SUCCESS(f"board:  {base}/   (login: dispatcher / dispatcher)"))
+        self.stdout.write(f"admin:  {base}/admin/   (login: admin / admin)")
+        self.stdout.write(f"API:    {base}/api/docs/   token in {TOKEN_FILE}")
+        self.stdout.write(f"logs:   {stack.log_dir}/")
+        if not no_replay and not stop.is_set():
+            self._replay(base, token)
+        if exit_after_replay:
+            return
+        self.stdout.write("running; Ctrl-C stops everything", ending="\n")
+        self.stdout.flush()
+        while not stop.wait(1.0):
+            for name in stack.restart_dead():
+                self.stderr.write(f"{name} stopped; started it again (restart {stack.restarts[name]}) — see "
+                                  f"{stack.log_dir}/{name}.log")
+        self.stdout.write("stopping…")
 
     def _start_inference(self, stack: Stack) -> None:
         """Our embedded engine; with INFERENCE_BACKEND=vllm, a local vLLM server running our plug-in first."""
