@@ -93,7 +93,8 @@ class Stack:
     def start_web(self, port: int) -> None:
         # daphne runs each request's sync code in a fresh thread: pool PostgreSQL connections (settings.py)
         env = dict(self.env, DATABASE_POOL_MAX=self.env.get("DATABASE_POOL_MAX", "10"))
-        self.start("web", [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+        # --proxy-headers as in docker-compose.yml: the client's address from X-Forwarded-For
+        self.start("web", [sys.executable, "-m", "daphne", "--proxy-headers", "-b", "127.0.0.1", "-p", str(port),
                            "triage.asgi:application"], env=env)
         wait_for_port("127.0.0.1", port, timeout_s=60)
 

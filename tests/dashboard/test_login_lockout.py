@@ -70,3 +70,47 @@ def test_a_successful_login_resets_the_count(dora):
     assert _login("dora", "pw-dora").logged_in
     assert _fail("dora", 4) == [200] * 4
     assert _login("dora", "pw-dora").logged_in
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_behind_the_proxy_a_lockout_holds_the_client_address_not_the_proxys(make_user, tmp_path):
+    """Real HTTP to daphne started as compose starts it (--proxy-headers): every request comes from the proxy's
+    address, the client's in X-Forwarded-For."""
+    import http.cookiejar
+    import os
+    import re
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    from tests.fixtures.services import database_url_for_test_db
+    from triage.stack import Stack, free_port
+
+    make_user("dora", "dispatcher")
+    port = free_port()
+    stack = Stack(env={**os.environ, "DATABASE_URL": database_url_for_test_db(), "DATABASE_CONN_MAX_AGE": "0"},
+                  log_dir=tmp_path)
+
+    def login(password: str, client: str) -> int | str:
+        """429 when refused, "in" when logged in (redirected to the board), 200 for the form again."""
+        jar = http.cookiejar.CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        headers = {"X-Forwarded-For": client}
+        form = opener.open(urllib.request.Request(f"http://127.0.0.1:{port}{LOGIN}", headers=headers)).read().decode()
+        token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form).group(1)
+        body = urllib.parse.urlencode({"username": "dora", "password": password, "csrfmiddlewaretoken": token})
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{LOGIN}", data=body.encode(), headers=headers)
+        try:
+            response = opener.open(request)
+        except urllib.error.HTTPError as error:
+            return error.code
+        return response.status if LOGIN in response.geturl() else "in"
+
+    try:
+        stack.start_web(port)
+        assert [login("wrong-password", HERE) for _ in range(5)] == [200] * 4 + [429]
+        assert login("pw-dora", HERE) == 429  # this client is locked out
+        assert login("pw-dora", ELSEWHERE) == "in"  # another dispatcher behind the same proxy is not
+    finally:
+        stack.stop_all()
