@@ -53,13 +53,35 @@ def _redis() -> tuple[str | None, float | None]:
 
 
 def readiness() -> tuple[bool, dict]:
-    """Whether this process is ready, with what was checked."""
+    """Whether this process is ready, with what was checked. The inference worker's heartbeat and the recovery
+    sweep's last run (beat's liveness) are reported; neither makes this process unready."""
     database = _database()
     redis_error, worker_age = _redis()
     problems = [p for p in (database, redis_error) if p]
-    worker = "unknown" if worker_age is None else ("stale" if worker_age > WORKER_STALE_AFTER_S else "ok")
+    sweep_age = None if redis_error else _sweep_age()
     return not problems, {"ready": not problems, "problems": problems,
-                          "inference_worker": {"state": worker, "heartbeat_age_s": worker_age}}
+                          "inference_worker": {"state": _state(worker_age, WORKER_STALE_AFTER_S),
+                                               "heartbeat_age_s": worker_age},
+                          "sweep": {"state": _state(sweep_age, 4 * _sweep_interval_s()), "last_age_s": sweep_age}}
+
+
+def _state(age: float | None, stale_after_s: float) -> str:
+    return "unknown" if age is None else ("stale" if age > stale_after_s else "ok")
+
+
+def _sweep_age() -> float | None:
+    from triage.services.recovery import sweep_age_s
+
+    try:
+        return sweep_age_s()
+    except Exception:  # noqa: BLE001 - a probe reports, it does not fail on a report
+        return None
+
+
+def _sweep_interval_s() -> float:
+    from django.conf import settings
+
+    return float(settings.CELERY_BEAT_SCHEDULE["sweep-stuck-calls"]["schedule"])
 
 
 def _probe(path: str) -> HttpResponseBase:

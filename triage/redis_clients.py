@@ -15,6 +15,7 @@ from django.conf import settings
 
 ENGINE_METRICS_KEY = "triage:engine:metrics"
 ENGINE_METRICS_STALE_S = 10.0
+SWEEP_LAST_AT_KEY = "triage:sweep:last_at"  # when the recovery sweep last ran to its end (epoch seconds, text)
 
 
 @lru_cache(maxsize=4)

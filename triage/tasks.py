@@ -19,7 +19,7 @@ from triage.process_metrics import serve_celery_metrics
 from triage.services.assessments import calls_enqueue_or_leave_for_sweep
 from triage.services.batching import Predictor, call_triage_micro_batch
 from triage.services.dispatch import send_triage_task, triage_task_slot_release
-from triage.services.recovery import calls_restream_if_lost
+from triage.services.recovery import calls_restream_if_lost, sweep_mark_done
 from triage.services.webhooks import webhook_backoff_s, webhook_deliver
 
 logger = logging.getLogger(__name__)
@@ -84,6 +84,7 @@ def sweep_stuck_calls() -> dict[str, int]:
     if received or triaged:
         logger.warning("sweep: re-sent %d of %d received calls, queued %d of %d triaged calls",
                        resent, len(received), len(queued), len(triaged))
+    sweep_mark_done()
     return {"received": len(received), "resent": resent, "triaged": len(triaged), "queued": len(queued),
             "restreamed": restreamed}
 

@@ -95,3 +95,24 @@ def test_compose_is_well_formed_as_compose_reads_it():
         assert unknown == set(), (name, unknown)
     [gpu] = services["inference"]["deploy"]["resources"]["reservations"]["devices"]
     assert gpu["capabilities"] == ["gpu"]
+
+
+@pytest.mark.django_db
+def test_beat_is_alive_while_the_sweep_it_schedules_has_run_recently(probe, settings):
+    """Beat's healthcheck (`manage.py sweep_alive`) and /readyz read the key each finished sweep writes."""
+    from django.core.management import CommandError, call_command
+
+    from triage.redis_clients import SWEEP_LAST_AT_KEY, redis_client
+    from triage.tasks import sweep_stuck_calls
+
+    redis_client().delete(SWEEP_LAST_AT_KEY)
+    with pytest.raises(CommandError, match="last ran never"):
+        call_command("sweep_alive")
+    assert probe.get("/readyz").json()["sweep"] == {"state": "unknown", "last_age_s": None}
+    sweep_stuck_calls.apply()
+    call_command("sweep_alive")  # exits 0
+    assert probe.get("/readyz").json()["sweep"]["state"] == "ok"
+    redis_client().set(SWEEP_LAST_AT_KEY, "0")  # the last sweep long ago: beat has stopped
+    with pytest.raises(CommandError, match="limit 60 s"):
+        call_command("sweep_alive")
+    assert probe.get("/readyz").json()["sweep"]["state"] == "stale" and probe.get("/readyz").status_code == 200

@@ -77,3 +77,19 @@ def call_retry(*, call: Call, actor: Actor) -> Call:
                            fields={"status": ["failed before triage"]})
         call_requeue(call=locked, actor=actor, reason="retried")
     return locked
+
+
+def sweep_mark_done() -> None:
+    """Stamp the end of a recovery sweep (``SWEEP_LAST_AT_KEY``): beat's liveness (it scheduled the sweep and a
+    worker ran it), read by beat's healthcheck (``manage.py sweep_alive``) and reported on /readyz."""
+    from triage.redis_clients import SWEEP_LAST_AT_KEY, redis_client
+
+    redis_client().set(SWEEP_LAST_AT_KEY, f"{time.time():.3f}")
+
+
+def sweep_age_s() -> float | None:
+    """Seconds since the last recovery sweep ended (None: none recorded)."""
+    from triage.redis_clients import SWEEP_LAST_AT_KEY, redis_client
+
+    last = redis_client().get(SWEEP_LAST_AT_KEY)
+    return None if last is None else round(time.time() - float(last), 1)
