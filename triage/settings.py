@@ -242,12 +242,22 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 300}
+# Above the longest countdown a task is sent with (a webhook retry's backoff, TRIAGE_WEBHOOK_BACKOFF_MAX_S): Redis
+# hands an unacknowledged message, ETA ones included, to another worker after this, which would deliver a
+# retry twice. A lost triage task does not wait for it: the sweep re-sends calls left in `received`.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "visibility_timeout": int(float(os.environ.get("TRIAGE_WEBHOOK_BACKOFF_MAX_S", "600"))) + 300}
 # Intake sends the triage task on commit: fail fast when the broker is away (the sweep re-sends), never
 # hold an HTTP response for seconds of reconnect attempts.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 1, "interval_start": 0, "interval_step": 0.1, "interval_max": 0.1}
 CELERY_BROKER_CONNECTION_TIMEOUT = float(os.environ.get("CELERY_BROKER_CONNECTION_TIMEOUT", "1"))
-CELERY_TASK_ROUTES = {"triage.tasks.*": {"queue": CELERY_TASK_DEFAULT_QUEUE}}
+# Webhook deliveries wait on call systems' receivers (seconds each, and a receiver may black-hole them): they
+# have a queue and workers of their own, so they never wait ahead of a call's classification.
+CELERY_WEBHOOK_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}.webhooks"
+CELERY_TASK_ROUTES = {
+    "triage.tasks.deliver_webhook": {"queue": CELERY_WEBHOOK_QUEUE},
+    "triage.tasks.*": {"queue": CELERY_TASK_DEFAULT_QUEUE},
+}
 CELERY_TASK_ALWAYS_EAGER = False
 CELERY_BEAT_SCHEDULE = {
     "sweep-stuck-calls": {

@@ -68,7 +68,9 @@ class Stack:
     restarts: dict[str, int] = field(default_factory=dict)
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-        """Start a child in a session of its own (so its own children, e.g. Celery's pool, stop with it)."""
+        """Start a child in a session of its own (so its own children, e.g. Celery's pool, stop with it). A child
+        of that name still running is stopped first: two never run side by side, and none is left behind."""
+        self.stop(name)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child for its lifetime
         env = env or self.env
@@ -99,11 +101,16 @@ class Stack:
         wait_for_port("127.0.0.1", port, timeout_s=60)
 
     def start_celery(self, concurrency: int = 1, beat: bool = True) -> None:
-        """The Celery worker and, with ``beat``, the beat scheduler as a process of its own (embedded with -B it
-        would outlive a killed worker main and run beside the restarted one's: two sweeps)."""
+        """The Celery worker, a worker for webhook deliveries, and, with ``beat``, the beat scheduler as a process
+        of its own (embedded with -B it would outlive a killed worker main and run beside the restarted one's: two
+        sweeps)."""
         queue = self.env.get("TRIAGE_CELERY_QUEUE", "triage")
         self.start("celery", [sys.executable, "-m", "celery", "-A", "triage", "worker", "-Q", queue,
                               "-c", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle"])
+        # webhook deliveries on their own queue and threads, as compose's `webhooks` service runs them
+        self.start("webhooks", [sys.executable, "-m", "celery", "-A", "triage", "worker", "-Q", f"{queue}.webhooks",
+                                "--pool", "threads", "-c", "4", "-n", "webhooks@%h", "--loglevel", "INFO",
+                                "--without-gossip", "--without-mingle"])
         if beat:
             self.start("beat", [sys.executable, "-m", "celery", "-A", "triage", "beat", "--loglevel", "INFO",
                                 "-s", str(self.log_dir / "celerybeat-schedule")])

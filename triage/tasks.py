@@ -26,6 +26,11 @@ logger = logging.getLogger(__name__)
 
 # The queue comes from CELERY_TASK_ROUTES (the task attribute is deprecated).
 RELIABLE = {"acks_late": True, "reject_on_worker_lost": True}
+# Every task has a time limit: a hung one is killed (and its message redelivered), never holds a pool process
+# for good. Classifying a micro-batch takes well under a second; a sweep, a few.
+TRIAGE_LIMITS = {"soft_time_limit": 120, "time_limit": 180}
+WEBHOOK_LIMITS = {"soft_time_limit": settings.TRIAGE["WEBHOOK_TIMEOUT_S"] * 2 + 10,
+                  "time_limit": settings.TRIAGE["WEBHOOK_TIMEOUT_S"] * 2 + 30}
 # OSError covers missing predictor files while `train_predictors` is still running.
 RETRYABLE = (DatabaseError, RedisError, OSError)
 
@@ -53,7 +58,8 @@ def warm_predictor(**_: Any) -> None:
 
 
 @shared_task(
-    **RELIABLE, autoretry_for=RETRYABLE, retry_backoff=1, retry_backoff_max=60, retry_jitter=True, max_retries=10
+    **RELIABLE, **TRIAGE_LIMITS, autoretry_for=RETRYABLE, retry_backoff=1, retry_backoff_max=60, retry_jitter=True,
+    max_retries=10,
 )
 def triage_call(call_id: int) -> dict[str, Any]:
     """Classify a call and every other waiting one (micro-batches under bursts), record the verdicts, queue
@@ -63,7 +69,7 @@ def triage_call(call_id: int) -> dict[str, Any]:
     return {"triaged": outcome.triaged_ids, "skipped": outcome.skipped}
 
 
-@shared_task(**RELIABLE, autoretry_for=RETRYABLE, retry_backoff=5, max_retries=3)
+@shared_task(**RELIABLE, **TRIAGE_LIMITS, autoretry_for=RETRYABLE, retry_backoff=5, max_retries=3)
 def sweep_stuck_calls() -> dict[str, int]:
     """Re-send calls left behind: ``received`` (task lost: broker down, worker killed), ``triaged`` (the
     stream append failed) and, when Redis lost the inference stream, every call it held (``restreamed``).
@@ -91,7 +97,8 @@ def sweep_stuck_calls() -> dict[str, int]:
 
 # max_retries is only a ceiling over both kinds of retry: a failed POST is retried by the attempt count below
 # (WEBHOOK_MAX_ATTEMPTS), a database error (the row could not be written) by autoretry.
-@shared_task(bind=True, **RELIABLE, autoretry_for=(DatabaseError,), retry_backoff=5, max_retries=30)
+@shared_task(bind=True, **RELIABLE, **WEBHOOK_LIMITS, autoretry_for=(DatabaseError,), retry_backoff=5,
+             max_retries=30)
 def deliver_webhook(self: Any, *, client_id: int, call_id: int, payload: dict[str, Any], attempt: int = 1) -> str:
     """POST one webhook event (attempt ``attempt``); a failed attempt is retried with exponential backoff up to
     WEBHOOK_MAX_ATTEMPTS. The attempt number travels in the message, so each retry is its own row."""

@@ -116,3 +116,21 @@ def test_beat_is_alive_while_the_sweep_it_schedules_has_run_recently(probe, sett
     with pytest.raises(CommandError, match="limit 60 s"):
         call_command("sweep_alive")
     assert probe.get("/readyz").json()["sweep"]["state"] == "stale" and probe.get("/readyz").status_code == 200
+
+
+def test_webhook_deliveries_have_a_queue_and_workers_of_their_own_and_every_task_a_time_limit(settings):
+    """A receiver that black-holes connections holds webhook threads, never a call's classification (issue 32)."""
+    from triage import tasks
+    from triage.celery import app
+
+    route = app.amqp.router.route
+    assert route({}, "triage.tasks.deliver_webhook")["queue"].name == "triage.webhooks"
+    assert route({}, "triage.tasks.triage_call")["queue"].name == route({}, "triage.tasks.sweep_stuck_calls")[
+        "queue"].name == "triage"
+    services = _compose()["services"]
+    assert services["worker"]["command"][services["worker"]["command"].index("-Q") + 1] == "triage"
+    assert services["webhooks"]["command"][services["webhooks"]["command"].index("-Q") + 1] == "triage.webhooks"
+    for task in (tasks.triage_call, tasks.sweep_stuck_calls, tasks.deliver_webhook):
+        assert task.time_limit and task.soft_time_limit and task.soft_time_limit < task.time_limit, task.name
+    # a retry's countdown never outlasts the broker's visibility timeout (it would be delivered twice)
+    assert settings.CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] > settings.TRIAGE["WEBHOOK_BACKOFF_MAX_S"]

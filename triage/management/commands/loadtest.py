@@ -194,7 +194,7 @@ class Command(BaseCommand):
                 scheduler_settings_update(actor=LOADTEST_ACTOR, policy=stored)
                 # A stream of this policy's own: entries left by an earlier (or crashed) run cannot leak in.
                 stack.env = dict(env, TRIAGE_INFERENCE_STREAM=f"triage:loadtest:{run}:{policy}")
-                for name in [n for n in stack.processes if n.startswith("vllm-")] + ["celery", "inference"]:
+                for name in [n for n in stack.processes if n.startswith("vllm-")] + ["celery", "webhooks", "inference"]:
                     stack.stop(name)
                 urls = self._start_vllm(stack, policy, o) if vllm else []
                 stack.start_celery(beat=False)
