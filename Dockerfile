@@ -1,6 +1,6 @@
 # One image for web, worker and inference. CPU torch by default; the GPU image for the inference service is
 # the same file built with TORCH_INDEX_URL pointing at a CUDA wheel index (see docker-compose.yml). For the
-# vLLM backend build with EXTRAS="[vllm]" TORCH_VERSION=2.14.0 (vLLM pins its torch; see STACK.md).
+# vLLM backend build with EXTRAS="[vllm]" TORCH_VERSION=2.14.0 (vLLM pins its torch; see docs/stack.md).
 FROM python:3.11-slim-bookworm
 
 ARG TORCH_VERSION=2.13.0

@@ -7,7 +7,7 @@ here (`put`) when a request leaves the batch; it takes them (`take`) when a requ
     put / take          O(1) bookkeeping (the runner copies the tensors)
     swap_out / swap_in  one copy of the request's cache, device <-> host (pinned memory on CUDA)
     drop                frees it; resuming recomputes it with a prefill
-    keep_prefix(m)      keeps the first m tokens on host, drops the rest (partial keep, DESIGN.md §3)
+    keep_prefix(m)      keeps the first m tokens on host, drops the rest (partial keep, docs/architecture.md §3)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Scheduler configuration: the knobs an administrator edits live (DESIGN.md §2b, Tier and SchedulerSettings).
+"""Scheduler configuration: the knobs an administrator edits live (docs/architecture.md §2b, Tier and SchedulerSettings).
 
 Plain dataclasses, no Django: the inference worker builds a ``SchedulerConfig`` from the database rows and
 hands it to ``make_scheduler`` (start-up) or ``scheduler.update_config`` (after a ``config`` control message).
@@ -45,7 +45,7 @@ class TierPolicy:
 
 
 def default_tiers() -> dict[str, TierPolicy]:
-    """One tier per ESI level, as the fixtures define them (DESIGN.md §2b): TTFT 0.5/1/5/30/60 s,
+    """One tier per ESI level, as the fixtures define them (docs/architecture.md §2b): TTFT 0.5/1/5/30/60 s,
     E2E 10/20/60/300/600 s (p90 targets twice the mean), TDG weights 16/8/4/2/1. Aging is off per tier
     (step 0) until an administrator sets a step; ``aging_enabled`` switches it globally."""
     ttft = {1: 0.5, 2: 1.0, 3: 5.0, 4: 30.0, 5: 60.0}

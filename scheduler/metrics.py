@@ -1,4 +1,4 @@
-"""Metrics as DESIGN.md §4 defines them, per ESI level and overall.
+"""Metrics as docs/architecture.md §4 defines them, per ESI level and overall.
 
 - waiting time = completion - arrival (sojourn, the request's own service included); normalized waiting
   time = waiting time per generated token; TTFT = first token - arrival; E2E = completion - arrival.

@@ -1,7 +1,7 @@
 """Routing over several engine replicas that each run the semantic policy (vLLM servers with our plug-in).
 
 The worker keeps one global queue in semantic-key order and hands a call to a replica only where it starts
-soonest, after PROSERVE's GoRouting (DESIGN.md): a replica where it starts *now* (a free slot, or a running
+soonest, after PROSERVE's GoRouting (docs/architecture.md): a replica where it starts *now* (a free slot, or a running
 call it displaces there) wins over one where it would queue; among those, a free slot wins over a
 displacement (nobody pays a recompute), and a displacement takes the least urgent victim on offer. A call that
 starts nowhere now may still queue on a replica with room ahead (``queue_ahead``: keeps the replica's batch fed

@@ -98,7 +98,7 @@ class ApiClient(models.Model):
 
 
 class Tier(models.Model):
-    """A priority tier with its service-level targets and scheduling knobs (DESIGN.md §2b)."""
+    """A priority tier with its service-level targets and scheduling knobs (docs/architecture.md §2b)."""
 
     name = models.CharField(max_length=50, unique=True)
     colour = models.CharField(max_length=7, default="#888888", help_text="Hex colour, e.g. #d32f2f")

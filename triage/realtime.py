@@ -1,6 +1,6 @@
 """Side effects towards browsers: the dashboard event stream and the per-call token streams.
 
-Group sends are at-most-once and silently dropped when a channel is full (DESIGN.md §2b), so the
+Group sends are at-most-once and silently dropped when a channel is full (docs/architecture.md §2b), so the
 dashboard protocol is Zulip's: a snapshot carrying a sequence number, then events each carrying the
 next sequence number; a client that sees a gap, reconnects or receives ``resync`` asks for a fresh
 snapshot. Nothing a browser shows depends on every group message arriving.

@@ -1,4 +1,4 @@
-"""The Redis side of the contracts in DESIGN.md §2b: the inference stream and the control channel.
+"""The Redis side of the contracts in docs/architecture.md §2b: the inference stream and the control channel.
 
 Its client is ``triage.redis_clients.get_redis`` (bytes).
 """

@@ -42,7 +42,7 @@ def esi_metrics(true: Sequence[int], pred: Sequence[int]) -> dict[str, Any]:
         "n": n,
         "accuracy": _ratio(sum(t == p for t, p in zip(true, pred, strict=True)), n),
         "macro_recall": sum(recalls) / len(recalls) if recalls else 0.0,
-        # DESIGN.md section 4: share of true ESI 1-2 calls classified ESI 3-5
+        # docs/architecture.md §4: share of true ESI 1-2 calls classified ESI 3-5
         "under_triage_rate": _ratio(sum(p >= 3 for _, p in high_acuity), len(high_acuity)),
         "under_triage_any_level_rate": _ratio(sum(p > t for t, p in zip(true, pred, strict=True)), n),
         "over_triage_rate": _ratio(sum(p < t for t, p in zip(true, pred, strict=True)), n),

@@ -1,4 +1,4 @@
-"""Who may call which action: an API client by scope, a user by role (DESIGN.md users)."""
+"""Who may call which action: an API client by scope, a user by role (docs/architecture.md §1)."""
 
 from __future__ import annotations
 

@@ -225,7 +225,7 @@ def engine_metrics() -> dict:
 
 
 def board_metrics(*, now: dt.datetime | None = None, window_s: int = METRICS_WINDOW_S) -> dict:
-    """The metrics panel over a sliding window of finished calls (DESIGN.md §4 definitions).
+    """The metrics panel over a sliding window of finished calls (docs/architecture.md §4 definitions).
 
     Waiting time is completion − arrival; TTFT is first token − arrival; whether a call met its tier's SLO
     is the scheduler's own test (``scheduler.metrics.meets_slo``), so the board's attainment is the

@@ -3,7 +3,7 @@
 Two steps, two transactions, so that ``triaged`` means "assessed, not yet in the inference stream":
 
 1. ``calls_triage_record``: assessment + level + tier, ``received → triaged``, audit rows. On commit it runs
-2. ``calls_enqueue``: ``triaged → queued`` and the XADD of the stream entries (DESIGN.md §2b). The XADD is
+2. ``calls_enqueue``: ``triaged → queued`` and the XADD of the stream entries (docs/architecture.md §2b). The XADD is
    the last statement before COMMIT, made while the call rows are locked: if Redis refuses, the transaction
    rolls back and the call stays ``triaged`` for the sweep to re-append; the inference worker's own
    transitions (``call_transition`` locks the row) wait for that commit, so the worker never acts on an

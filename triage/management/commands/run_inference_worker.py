@@ -1,4 +1,4 @@
-"""`manage.py run_inference_worker`: the embedded inference worker (DESIGN.md §2 step 3, §2b)."""
+"""`manage.py run_inference_worker`: the embedded inference worker (docs/architecture.md §2 step 3, §2b)."""
 
 from __future__ import annotations
 
