@@ -16,5 +16,9 @@ from triage.settings import *  # noqa: E402, F403
 SECURE_SSL_REDIRECT = False
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = False
 
+# The suite renders the board without collecting static files; the hashed (manifest) names production uses
+# are tested on a collected tree (tests/dashboard/test_static_files.py).
+STORAGES = {**STORAGES, "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"}}  # noqa: F405
+
 # The suite's webhook receivers listen on 127.0.0.1, and a retry waits a fraction of a second, not 10 s.
 TRIAGE = {**TRIAGE, "WEBHOOK_ALLOW_PRIVATE_NETWORKS": True, "WEBHOOK_BACKOFF_S": 0.2}  # noqa: F405

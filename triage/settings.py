@@ -175,11 +175,14 @@ STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"] if (BASE_DIR / "static").is_dir() else []
 # `manage.py collectstatic` writes here (git-ignored; the image collects at build); WhiteNoise serves it,
 # compressed. With DEBUG (the demo) it serves straight from static/ and the apps, no collectstatic needed.
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(os.environ.get("DJANGO_STATIC_ROOT", BASE_DIR / "staticfiles"))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
-    # Not the manifest variant: templates then render without a collected manifest (tests, DEBUG).
-    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+    # Production: hashed names (board.3f2a9c.js), cached for good, so a board left open through an upgrade
+    # fetches the new files instead of running old JavaScript against a new server. With DEBUG (the demo)
+    # the files come straight from static/ under their own names: no collected manifest is needed.
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage" if DEBUG
+                    else "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
 WHITENOISE_USE_FINDERS = DEBUG
 WHITENOISE_AUTOREFRESH = DEBUG

@@ -21,11 +21,29 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def collected(settings: object, tmp_path: Path) -> Path:
-    """Production's layout: `collectstatic` into STATIC_ROOT, finders off."""
+    """Production's layout: `collectstatic` into STATIC_ROOT with production's storage, finders off."""
+    from triage import settings as production
+
+    settings.STORAGES = production.STORAGES if not production.DEBUG else {
+        **production.STORAGES, "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"}}
     settings.STATIC_ROOT = tmp_path / "staticfiles"
     settings.WHITENOISE_USE_FINDERS = settings.WHITENOISE_AUTOREFRESH = False
     call_command("collectstatic", interactive=False, verbosity=0)
     return settings.STATIC_ROOT
+
+
+def test_production_names_the_board_files_by_their_content_and_caches_them_for_good(collected):
+    """A board left open through an upgrade asks for the new files: their names change with their content."""
+    from django.templatetags.static import static
+
+    from triage import settings as production
+
+    assert production.STORAGES["staticfiles"]["BACKEND"].endswith("CompressedManifestStaticFilesStorage")
+    url = static("js/board.js")
+    assert url != "/static/js/board.js" and url.startswith("/static/js/board.") and url.endswith(".js")
+    response = Client().get(url)
+    assert response.status_code == 200 and "immutable" in response["Cache-Control"]
+    response.close()
 
 
 def test_the_collected_board_files_are_served_compressed_with_their_content_types(collected):

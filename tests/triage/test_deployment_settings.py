@@ -78,8 +78,11 @@ print(json.dumps({{
 """
 
 
-def test_production_redirects_to_https_and_sends_the_security_headers_behind_a_tls_proxy():
-    done = _manage("shell", "-c", RESPONSE_PROBE.format(host=HOST), env=_production_env())
+def test_production_redirects_to_https_and_sends_the_security_headers_behind_a_tls_proxy(tmp_path):
+    env = {**_production_env(), "DJANGO_STATIC_ROOT": str(tmp_path / "static")}
+    collected = _manage("collectstatic", "--noinput", env=env)  # as the image does at build: hashed names
+    assert collected.returncode == 0, collected.stderr
+    done = _manage("shell", "-c", RESPONSE_PROBE.format(host=HOST), env=env)
     assert done.returncode == 0, done.stderr
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     assert seen["debug"] is False
