@@ -41,4 +41,4 @@ RUN DJANGO_SECRET_KEY=collectstatic-at-build-time-only python manage.py collects
 
 USER triage
 EXPOSE 8000
-CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "triage.asgi:application"]
+CMD ["daphne", "-b", "0.0.0.0", "-p", "8000", "config.asgi:application"]

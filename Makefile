@@ -75,7 +75,7 @@ lint: venv
 	$(VENV)/bin/ruff check .
 
 # `manage.py demo` makes this checkout's secret key under var/ (kept, mode 0600) and runs over plain http on
-# 127.0.0.1 with DEBUG on (triage/local_env.py); production's defaults stay as they are.
+# 127.0.0.1 with DEBUG on (config/local_env.py); production's defaults stay as they are.
 demo: venv services $(if $(filter vllm,$(INFERENCE_BACKEND)),vllm-venv)
 	$(PY) manage.py demo
 

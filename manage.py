@@ -4,12 +4,12 @@ import sys
 
 
 def main() -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "triage.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     if len(sys.argv) > 1:
-        from triage.local_env import apply_local_stack_env
+        from config.local_env import apply_local_stack_env
 
         # demo and the load tests run a stack of their own over http on 127.0.0.1, and the model commands
-        # serve nothing (triage/local_env.py); every other command gets production's settings and needs
+        # serve nothing (config/local_env.py); every other command gets production's settings and needs
         # DJANGO_SECRET_KEY.
         apply_local_stack_env(sys.argv[1])
     from django.core.management import execute_from_command_line

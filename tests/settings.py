@@ -1,4 +1,4 @@
-"""The suite's settings: production's (triage/settings.py), with what a test run needs said here, explicitly.
+"""The suite's settings: production's (config/settings.py), with what a test run needs said here, explicitly.
 
 pyproject.toml names this module for pytest-django, which exports it in DJANGO_SETTINGS_MODULE, so every
 process the tests start (daphne, Celery, the inference worker, manage.py) runs on these settings too.
@@ -9,7 +9,7 @@ import os
 # Production refuses to start without a key; the suite's own is set before the settings read it.
 os.environ.setdefault("DJANGO_SECRET_KEY", "test-suite-only-" + "k" * 50)
 
-from triage.settings import *  # noqa: E402, F403
+from config.settings import *  # noqa: E402, F403
 
 # The test client, the browser tests and the servers they start speak plain http on 127.0.0.1: no
 # redirect to https, and cookies a browser sends back over http.

@@ -1,6 +1,7 @@
-"""The tree keeps its shape: dependencies run triage -> inference -> scheduler, no module imports itself back
-through others (function-level imports included: a hidden cycle is still a cycle), no module outgrows 400
-lines, and the scheduling core imports no Django."""
+"""The tree keeps its shape. Each top-level package is a room run by one kind of process or job (README,
+"Where things are"), and imports only the rooms below it in ROOMS; no module imports itself back through
+others (function-level imports included: a hidden cycle is still a cycle); no module outgrows 400 lines; the
+rooms below the Django apps import no Django."""
 
 from __future__ import annotations
 
@@ -9,13 +10,23 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"triage": 3, "inference": 2, "scheduler": 1}  # a module may import its own layer or lower ones
+# room: the rooms its modules may import, besides its own. Who runs each room is in the README.
+ROOMS: dict[str, set[str]] = {
+    "scheduler": set(),
+    "inference": {"scheduler"},
+    "triage": {"inference", "scheduler"},
+    "worker": {"triage", "inference", "scheduler"},
+    "config": {"triage", "inference", "scheduler"},
+    "training": {"inference", "scheduler"},
+    "tools": {"config", "triage", "worker", "training", "inference", "scheduler"},
+}
+WITHOUT_DJANGO = {"scheduler", "inference"}  # plain Python: the vLLM plug-in and the GPU bench load them bare
 MAX_LINES = 400
 
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for package in LAYERS:
+    for package in ROOMS:
         for path in (ROOT / package).rglob("*.py"):
             if "migrations" in path.parts:
                 continue
@@ -94,10 +105,23 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
-def test_dependencies_run_one_way():
-    upward = [f"{m} -> {t}" for m, targets in _graph().items() for t in targets
-              if LAYERS[t.split(".")[0]] > LAYERS[m.split(".")[0]]]
-    assert upward == []
+def _room(module: str) -> str:
+    return module.split(".")[0]
+
+
+def test_every_top_level_package_is_a_room():
+    packages = {init.parent.name for init in ROOT.glob("*/__init__.py")} - {"tests"}
+    assert packages == set(ROOMS)
+
+
+def test_each_room_imports_only_the_rooms_below_it():
+    outside = [f"{m} -> {t}" for m, targets in _graph().items() for t in targets
+               if _room(t) != _room(m) and _room(t) not in ROOMS[_room(m)]]
+    assert outside == []
+
+
+def test_the_rooms_allow_no_cycle_between_them():
+    assert _cycles({room: set(below) for room, below in ROOMS.items()}) == []
 
 
 def test_no_module_imports_itself_back_through_others():
@@ -108,9 +132,9 @@ def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_the_scheduling_core_imports_no_django():
-    offenders = [name for name, path in _modules().items() if name.startswith("scheduler")
-                 and any(t.split(".")[0] == "django" for t in _imported(name, path))]
+def test_the_rooms_below_the_django_apps_import_no_django():
+    offenders = [name for name, path in _modules().items() if _room(name) in WITHOUT_DJANGO
+                 and any(_room(t) in {"django", "rest_framework", "celery", "channels"} for t in _imported(name, path))]
     assert offenders == []
 
 

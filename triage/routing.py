@@ -1,4 +1,4 @@
-"""WebSocket routes (wrapped by session auth and the origin check in ``triage.asgi``)."""
+"""WebSocket routes (wrapped by session auth and the origin check in ``config.asgi``)."""
 
 from django.urls import path
 

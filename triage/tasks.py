@@ -15,7 +15,6 @@ from django.utils.module_loading import import_string
 from redis import RedisError
 
 from triage.models import Call, CallStatus
-from triage.process_metrics import serve_celery_metrics
 from triage.services.assessments import calls_enqueue_or_leave_for_sweep
 from triage.services.batching import Predictor, call_triage_micro_batch
 from triage.services.dispatch import send_triage_task, triage_task_slot_release
@@ -46,7 +45,6 @@ def warm_predictor(**_: Any) -> None:
     the catalogue and the heads take seconds to load). Missing models are not fatal: the task loads them later."""
     import torch
 
-    serve_celery_metrics()
     torch.set_num_threads(settings.TRIAGE["CLASSIFIER_THREADS"])
     try:
         predictor = load_predictor()

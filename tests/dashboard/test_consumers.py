@@ -8,8 +8,8 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 
+from config.asgi import application
 from tests.dashboard.conftest import session_cookie
-from triage.asgi import application
 from triage.models import CallStatus
 from triage.realtime import (
     STORM_THRESHOLD,

@@ -85,7 +85,7 @@ def test_behind_the_proxy_a_lockout_holds_the_client_address_not_the_proxys(make
     import urllib.request
 
     from tests.fixtures.services import database_url_for_test_db
-    from triage.stack import Stack, free_port
+    from tools.stack import Stack, free_port
 
     make_user("dora", "dispatcher")
     port = free_port()

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def collected(settings: object, tmp_path: Path) -> Path:
     """Production's layout: `collectstatic` into STATIC_ROOT with production's storage, finders off."""
-    from triage import settings as production
+    from config import settings as production
 
     settings.STORAGES = production.STORAGES if not production.DEBUG else {
         **production.STORAGES, "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"}}
@@ -36,7 +36,7 @@ def test_production_names_the_board_files_by_their_content_and_caches_them_for_g
     """A board left open through an upgrade asks for the new files: their names change with their content."""
     from django.templatetags.static import static
 
-    from triage import settings as production
+    from config import settings as production
 
     assert production.STORAGES["staticfiles"]["BACKEND"].endswith("CompressedManifestStaticFilesStorage")
     url = static("js/board.js")

@@ -10,7 +10,7 @@ from django.core.management import call_command
 
 from tests.fixtures.predictors import predictor_env
 from tests.fixtures.services import database_url_for_test_db
-from triage.management.commands.loadtest import WARM_UP
+from tools.management.commands.loadtest import WARM_UP
 from triage.models import Call, CallStatus
 
 CALLS = 10
@@ -52,7 +52,7 @@ def test_a_level_filtered_trace_keeps_exactly_the_calls_triage_puts_at_those_lev
     triage_predictor, trained_predictors_dir, settings
 ):
     from tests.fixtures.predictors import REAL_PREDICTOR_LOADER
-    from triage.management.commands.loadtest import CORPUS, load_trace, only_levels
+    from tools.management.commands.loadtest import CORPUS, load_trace, only_levels
 
     settings.TRIAGE = {**settings.TRIAGE, "PREDICTORS_DIR": str(trained_predictors_dir),
                        "PREDICTOR_LOADER": REAL_PREDICTOR_LOADER}

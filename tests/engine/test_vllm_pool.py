@@ -1,7 +1,7 @@
 """The vLLM pool's admission: a server is handed calls only as far as they can start there soon."""
 
 from inference.backends.vllm_pool import VllmPool
-from triage.stack import free_port
+from tools.stack import free_port
 
 
 def handed_over(pool: VllmPool) -> list[str]:

@@ -16,10 +16,10 @@ from scheduler.config import SchedulerConfig
 from scheduler.cost import PRESETS
 from scheduler.policies import make_scheduler
 from triage import realtime
-from triage.inference_worker import InferenceWorker, WorkerOptions
 from triage.models import Call, CallStatus, SchedulerSettings, TriageAssessment
 from triage.redis_clients import get_redis
 from triage.selectors.calls import guidance_plan
+from worker.inference_worker import InferenceWorker, WorkerOptions
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -409,7 +409,7 @@ def test_a_model_failure_on_a_batch_generates_its_calls_again_without_stopping_t
 
 
 def test_a_call_the_model_keeps_failing_on_is_failed_with_its_reason_and_the_worker_goes_on(make_worker, stream_names):
-    from triage.inference_worker.sink import MAX_GENERATION_ATTEMPTS
+    from worker.sink import MAX_GENERATION_ATTEMPTS
 
     [doomed] = _calls(1)
     worker = make_worker()

@@ -134,7 +134,7 @@ def test_a_live_workers_entries_are_not_taken_over_by_a_peer_but_a_dead_ones_are
     from scheduler.config import SchedulerConfig
     from scheduler.cost import PRESETS
     from scheduler.policies import make_scheduler
-    from triage.inference_worker import InferenceWorker, WorkerOptions
+    from worker.inference_worker import InferenceWorker, WorkerOptions
 
     def worker(consumer: str) -> InferenceWorker:
         engine = tiny_backend.make_engine(make_scheduler(SchedulerConfig(), PRESETS["a100-4b"]), max_new_tokens=8)

@@ -7,7 +7,7 @@ from django.core.management import call_command
 
 from tests.fixtures.predictors import predictor_env
 from tests.fixtures.services import database_url_for_test_db
-from triage.faultdrill import FAULTS, DrillOptions, run_drill
+from tools.faultdrill import FAULTS, DrillOptions, run_drill
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

@@ -62,7 +62,7 @@ def test_classify_works_with_no_database_reachable_and_no_secret_key(trained_pre
     """Scoring calls signs nothing: it runs on production settings without DJANGO_SECRET_KEY."""
     calls = _write(tmp_path / "calls.jsonl", json.dumps({"id": "x", "transcript": "my chest is crushing"}))
     env = {**os.environ, "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none", "REDIS_URL": "redis://127.0.0.1:1/0",
-           "DJANGO_SETTINGS_MODULE": "triage.settings"}
+           "DJANGO_SETTINGS_MODULE": "config.settings"}
     env.pop("DJANGO_SECRET_KEY", None)
     done = subprocess.run(
         [sys.executable, "manage.py", "classify", str(calls)], cwd=REPO, env=env, capture_output=True, text=True,

@@ -17,12 +17,13 @@ CODE_READ = re.compile(
 INTERPOLATION = re.compile(r"\$\{([A-Z][A-Z0-9_]*)")
 # A read whose name is not a literal hides its variable from CODE_READ: only these helpers may do it.
 READ_BY_VARIABLE = re.compile(r"""\b(?:os\.environ\.get|os\.getenv|os\.environ\.setdefault)\(\s*[^"'\s)]""")
-HELPERS_READING_BY_NAME = {"triage/settings.py", "triage/local_env.py"}
+HELPERS_READING_BY_NAME = {"config/settings.py", "config/local_env.py"}
 TABLE_ROW = re.compile(r"^\|\s*`([A-Z][A-Z0-9_]*)`\s*\|", re.MULTILINE)
 
 
 def _scanned_files() -> list[Path]:
-    files = [path for folder in ("triage", "inference", "scheduler") for path in (REPO / folder).rglob("*.py")]
+    packages = [init.parent for init in REPO.glob("*/__init__.py") if init.parent.name != "tests"]
+    files = [path for package in packages for path in package.rglob("*.py")]
     files += [REPO / "manage.py", REPO / "docker-compose.yml"]
     files += [path for path in (REPO / "bin").iterdir() if path.is_file()]
     return files

@@ -17,7 +17,7 @@ import pytest
 
 from tests.fixtures.predictors import predictor_env
 from tests.fixtures.services import database_url_for_test_db
-from triage.stack import free_port
+from tools.stack import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -1,7 +1,7 @@
 """Production is the default: what an operator gets from the settings with nothing but a key and a host name.
 
 Each test starts manage.py in a process of its own with exactly the environment it names (no
-DJANGO_SETTINGS_MODULE: production's triage.settings, not the suite's tests.settings).
+DJANGO_SETTINGS_MODULE: production's config.settings, not the suite's tests.settings).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def test_check_deploy_reports_nothing_with_only_a_secret_key_and_allowed_hosts()
 
 @pytest.mark.parametrize(
     "argv",
-    [("manage.py", "check"), ("-c", "import triage.wsgi")],
+    [("manage.py", "check"), ("-c", "import config.wsgi")],
     ids=["manage.py", "wsgi-app"],
 )
 def test_a_start_without_a_secret_key_refuses_naming_the_variable(argv, tmp_path):

@@ -120,8 +120,8 @@ def test_beat_is_alive_while_the_sweep_it_schedules_has_run_recently(probe, sett
 
 def test_webhook_deliveries_have_a_queue_and_workers_of_their_own_and_every_task_a_time_limit(settings):
     """A receiver that black-holes connections holds webhook threads, never a call's classification (issue 32)."""
+    from config.celery import app
     from triage import tasks
-    from triage.celery import app
 
     route = app.amqp.router.route
     assert route({}, "triage.tasks.deliver_webhook")["queue"].name == "triage.webhooks"

@@ -5,8 +5,8 @@ import logging
 
 import pytest
 
+from config.log_format import JsonFormatter
 from tests.triage.factories import make_call
-from triage.log_format import JsonFormatter
 from triage.models import CallStatus
 from triage.services.calls import call_transition
 

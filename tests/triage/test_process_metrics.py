@@ -53,7 +53,7 @@ def test_the_celery_worker_exports_triage_time_by_esi(redis_conn, trained_predic
     """A worker of its own on a queue of its own (the session's Celery worker must not take the task)."""
     from django.utils import timezone
 
-    from triage.celery import app as celery_app
+    from config.celery import app as celery_app
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -6,7 +6,7 @@ import signal
 import sys
 import time
 
-from triage.stack import Stack
+from tools.stack import Stack
 
 # A child that starts a grandchild in its session, as Celery's main process starts its pool.
 PARENT = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)']); time.sleep(300)"

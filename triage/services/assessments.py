@@ -24,8 +24,8 @@ from django.utils import timezone
 
 from inference.guidance.library import ProtocolLibrary, load_library
 from inference.predictors.protocol import ProtocolChoice
+from triage.metrics import calls_triaged
 from triage.models import ESI_LEVELS, AuditEvent, Call, CallStatus, DecisionPoint, Tier, TriageAssessment
-from triage.process_metrics import calls_triaged
 from triage.realtime import call_changed_on_commit
 from triage.streams import stream_append_many
 

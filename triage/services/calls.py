@@ -10,8 +10,8 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from triage.metrics import call_accepted
 from triage.models import ALLOWED_TRANSITIONS, STATUS_TIMESTAMP_FIELD, ApiClient, Call, CallStatus
-from triage.process_metrics import call_accepted
 from triage.realtime import call_changed_on_commit
 from triage.streams import control_publish_on_commit
 

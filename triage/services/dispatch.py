@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import logging
 
+from celery import current_app as celery_app
 from django.conf import settings
 from redis import RedisError
 
-from triage.celery import app as celery_app
 from triage.redis_clients import get_redis
 
 logger = logging.getLogger(__name__)

@@ -38,12 +38,12 @@ from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
+from celery import current_app as celery_app
 from django.conf import settings
 from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from triage.celery import app as celery_app
 from triage.models import ApiClient, Call, CallStatus, WebhookDelivery
 
 from .audit import Actor, audit_record

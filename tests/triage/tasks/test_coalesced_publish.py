@@ -3,8 +3,8 @@ that absorbed the others' publishes drains every waiting call. Counted on the re
 
 import pytest
 
+from config.celery import app as celery_app
 from tests.triage.factories import make_call
-from triage.celery import app as celery_app
 from triage.models import Call, CallStatus
 from triage.services.dispatch import TRIAGE_TASK_PENDING_KEY
 from triage.tasks import triage_call

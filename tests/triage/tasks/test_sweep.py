@@ -8,9 +8,9 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 from rest_framework.test import APIClient
 
+from config.celery import app as celery_app
 from tests.fixtures.services import stream_entries, wait_until
 from tests.triage.factories import call_payload, make_call
-from triage.celery import app as celery_app
 from triage.models import Call, CallStatus
 from triage.services.assessments import call_triage_record
 from triage.streams import inference_stream

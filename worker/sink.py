@@ -28,7 +28,7 @@ from triage.services import generation
 from .intake import StreamIntake, WorkerOptions
 from .metrics import WorkerMetrics
 
-log = logging.getLogger("triage.inference_worker")
+log = logging.getLogger("worker")
 
 # A call whose generation the model keeps failing on is shown as failed rather than retried forever.
 MAX_GENERATION_ATTEMPTS = 3

@@ -165,11 +165,11 @@ class Command(BaseCommand):
     def _run_own_stack(self, trace, policies: list[str], o: dict) -> list[dict]:  # noqa: ANN001
         from django.core.management import call_command
 
+        from tools.stack import Stack, free_port
         from triage.models import SchedulerSettings
         from triage.services.clients import api_client_create
         from triage.services.config import scheduler_settings_update
         from triage.services.dispatch import triage_task_pending_key
-        from triage.stack import Stack, free_port
 
         call_command("migrate", verbosity=0)
         token = api_client_create(name=f"loadtest-{uuid.uuid4().hex[:8]}", throttle_rate="100000/min").token

@@ -1,7 +1,7 @@
 """Fault drills: a burst of calls through the real stack, one fault injected mid-burst, and the count of what
 came out (`manage.py faultdrill`).
 
-Each drill runs web, Celery, beat and the inference worker as children (``triage.stack``) against the database
+Each drill runs web, Celery, beat and the inference worker as children (``tools.stack``) against the database
 in DATABASE_URL and a Redis of its own (a ``redis-server`` without persistence, so a restart comes back empty),
 supervised as `manage.py demo` supervises them: a child that dies is started again. It posts the calls as a
 call system would (retrying a refused POST; the API is idempotent on ``external_id``), injects the fault once
@@ -29,7 +29,7 @@ from urllib import request as urlrequest
 import psutil
 import redis
 
-from triage.stack import Stack, free_port, wait_for_port
+from tools.stack import Stack, free_port, wait_for_port
 
 TRANSCRIPTS = (
     "My husband collapsed in the kitchen, he is not breathing and I cannot wake him.",

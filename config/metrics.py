@@ -1,6 +1,6 @@
-"""Prometheus metrics of the Django processes: web and intake (requests, calls accepted) and the Celery triage
-worker (calls triaged, time from API accept to triaged, by ESI). The inference worker has its own
-(``triage/inference_worker/metrics.py``).
+"""Prometheus exposition of the Django processes: web and intake count and time their requests and answer
+/metrics; a Celery pool process serves its registry on a port of its own. What they count of calls is the
+dispatch app's (``triage/metrics.py``); the inference worker has its own (``worker/metrics.py``).
 
 Web and intake serve ``/metrics`` only to a scraper holding ``TRIAGE_METRICS_TOKEN`` (``Authorization: Bearer``;
 without the setting the path does not exist: the numbers describe the centre's load). A Celery pool process
@@ -15,7 +15,7 @@ import hmac
 import logging
 import os
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -23,30 +23,14 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpRespons
 from prometheus_client import REGISTRY, Counter, Histogram, generate_latest, start_http_server
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from triage.middleware import DualModeMiddleware
+from config.middleware import DualModeMiddleware
 
 log = logging.getLogger(__name__)
 METRICS_PATH = "/metrics"
-SECONDS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300)
-
 REQUESTS = Counter("triage_web_requests", "HTTP requests answered, by method and status class",
                    ["method", "status"])
 REQUEST_SECONDS = Histogram("triage_web_request_seconds", "HTTP request duration, by method", ["method"],
                             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
-CALLS_ACCEPTED = Counter("triage_calls_accepted", "Calls stored by the intake (new, not idempotent repeats)")
-CALLS_TRIAGED = Counter("triage_calls_triaged", "Calls classified, by ESI", ["esi"])
-TRIAGE_SECONDS = Histogram("triage_triage_seconds", "API accept to triaged, by ESI", ["esi"], buckets=SECONDS)
-
-
-def calls_triaged(levels_and_waits: Iterable[tuple[int, float]]) -> None:
-    """Count calls just triaged: (ESI level, seconds since the API accepted the call) each."""
-    for level, waited_s in levels_and_waits:
-        CALLS_TRIAGED.labels(esi=str(level)).inc()
-        TRIAGE_SECONDS.labels(esi=str(level)).observe(max(0.0, waited_s))
-
-
-def call_accepted() -> None:
-    CALLS_ACCEPTED.inc()
 
 
 def metrics_response(request: HttpRequest) -> HttpResponseBase:

@@ -14,11 +14,11 @@ from django.core.management.base import BaseCommand
 
 from inference.calibration import load_cost_model
 from scheduler.policies import make_scheduler
-from triage.inference_worker import InferenceWorker, WorkerOptions
 from triage.redis_clients import get_redis
 from triage.selectors.scheduler import scheduler_config_load
+from worker.inference_worker import InferenceWorker, WorkerOptions
 
-log = logging.getLogger("triage.inference_worker")
+log = logging.getLogger("worker")
 
 
 def build_engine(model: str, device: str, policy: str | None, max_new_tokens: int):  # noqa: ANN201 - Engine

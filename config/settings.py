@@ -1,7 +1,8 @@
 """Settings from the environment. Production is the default: DEBUG off, https only, secure cookies, HSTS,
-and no start without DJANGO_SECRET_KEY. `manage.py demo` opts out explicitly (triage/local_env.py); every
+and no start without DJANGO_SECRET_KEY. `manage.py demo` opts out explicitly (config/local_env.py); every
 variable read here and elsewhere is in docs/configuration.md."""
 
+import importlib.util
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -84,17 +85,20 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "channels",
     "axes",
-    "triage",
+    "triage",  # the dispatch app (its migrations' label)
+    "worker",  # the inference worker: `manage.py run_inference_worker`
+    # Model building and the local stack's commands, where the tree has them (the production image does not)
+    *(app for app in ("training", "tools") if importlib.util.find_spec(app) is not None),
 ]
 
 MIDDLEWARE = [
-    # first: probes are answered before host validation and the https redirect (triage/health.py)
-    "triage.health.HealthMiddleware",
-    # /metrics for a scraper holding TRIAGE_METRICS_TOKEN, and every request counted (triage/process_metrics.py)
-    "triage.process_metrics.RequestMetricsMiddleware",
+    # first: probes are answered before host validation and the https redirect (config/health.py)
+    "config.health.HealthMiddleware",
+    # /metrics for a scraper holding TRIAGE_METRICS_TOKEN, and every request counted (config/metrics.py)
+    "config.metrics.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    # WhiteNoise, async-capable (triage/middleware.py): static files before sessions and auth touch them
-    "triage.middleware.StaticFilesMiddleware",
+    # WhiteNoise, async-capable (config/middleware.py): static files before sessions and auth touch them
+    "config.middleware.StaticFilesMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -105,7 +109,7 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
-ROOT_URLCONF = "triage.urls"
+ROOT_URLCONF = "config.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
@@ -120,8 +124,8 @@ TEMPLATES = [
         },
     },
 ]
-WSGI_APPLICATION = "triage.wsgi.application"
-ASGI_APPLICATION = "triage.asgi.application"
+WSGI_APPLICATION = "config.wsgi.application"
+ASGI_APPLICATION = "config.asgi.application"
 
 DATABASES = {
     "default": dj_database_url.parse(
@@ -322,7 +326,7 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-                   "json": {"()": "triage.log_format.JsonFormatter"}},
+                   "json": {"()": "config.log_format.JsonFormatter"}},
     # plain for a person at a terminal; json for a log pipeline (one object per line, call_id where known)
     "handlers": {"console": {"class": "logging.StreamHandler",
                              "formatter": "json" if os.environ.get("TRIAGE_LOG_FORMAT") == "json" else "plain"}},

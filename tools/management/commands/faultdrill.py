@@ -1,4 +1,4 @@
-"""`manage.py faultdrill`: a burst of calls with one fault injected mid-burst, per fault (triage/faultdrill.py).
+"""`manage.py faultdrill`: a burst of calls with one fault injected mid-burst, per fault (tools/faultdrill.py).
 
     manage.py faultdrill --calls 300                      # every fault, each in its own run
     manage.py faultdrill --calls 50 --fault inference,redis-restart --json
@@ -15,7 +15,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from triage.faultdrill import FAULTS, DrillOptions, run_drill
+from tools.faultdrill import FAULTS, DrillOptions, run_drill
 
 
 class Command(BaseCommand):

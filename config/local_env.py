@@ -84,5 +84,5 @@ def apply_local_stack_env(command: str, environ: MutableMapping[str, str] = os.e
 
 
 if __name__ == "__main__":
-    # `python -m triage.local_env`: print this checkout's key, for a Makefile target or a shell on this machine.
+    # `python -m config.local_env`: print this checkout's key, for a Makefile target or a shell on this machine.
     print(local_secret_key(var_dir()))

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from triage.stack import Stack, redis_reachable, start_embedded_redis, stop_requested
+from tools.stack import Stack, redis_reachable, start_embedded_redis, stop_requested
 
 SAMPLE_CALLS = Path(settings.BASE_DIR) / "fixtures" / "sample_calls.jsonl"
 TOKEN_FILE = Path(settings.VAR_DIR) / "demo-api-token"

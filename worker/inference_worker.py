@@ -22,7 +22,7 @@ from .intake import StreamIntake, WorkerOptions, text
 from .metrics import WorkerMetrics
 from .sink import ResultSink
 
-log = logging.getLogger("triage.inference_worker")
+log = logging.getLogger("worker")
 
 __all__ = ["InferenceWorker", "WorkerOptions"]
 

@@ -19,7 +19,7 @@ from inference.executor import Executor
 from inference.guidance.follow import GuidanceFollower
 from triage.redis_clients import ENGINE_METRICS_KEY
 
-log = logging.getLogger("triage.inference_worker")
+log = logging.getLogger("worker")
 PREEMPTION_LABELS = ("swap", "drop", "partial", "paused")
 TOKENS_PER_S_WINDOW_S = 5.0
 

@@ -149,14 +149,14 @@ def _start_gunicorn(listener: socket.socket, workers: int) -> subprocess.Popen:
     fd = listener.fileno()
     env = {**os.environ, "DJANGO_DEBUG": "0", "TRIAGE_LOG_LEVEL": "WARNING"}
     command = [sys.executable, "-m", "gunicorn", "--bind", f"fd://{fd}", "--workers", str(workers),
-               "--log-level", "warning", "triage.wsgi:application"]
+               "--log-level", "warning", "config.wsgi:application"]
     return subprocess.Popen(command, cwd=settings.BASE_DIR, env=env, pass_fds=(fd,))
 
 
 def _start_daphne(listener: socket.socket) -> subprocess.Popen:
     fd = listener.fileno()
     env = {**os.environ, "DJANGO_DEBUG": "0", "TRIAGE_LOG_LEVEL": "WARNING", "DATABASE_POOL_MAX": "8"}
-    command = [sys.executable, "-m", "daphne", "--fd", str(fd), "-v", "0", "triage.asgi:application"]
+    command = [sys.executable, "-m", "daphne", "--fd", str(fd), "-v", "0", "config.asgi:application"]
     return subprocess.Popen(command, cwd=settings.BASE_DIR, env=env, pass_fds=(fd,))
 
 

@@ -20,7 +20,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
-from triage.middleware import DualModeMiddleware
+from config.middleware import DualModeMiddleware
 from triage.redis_clients import ENGINE_METRICS_KEY, get_redis
 
 LIVENESS_PATH = "/healthz"

@@ -28,7 +28,7 @@ from inference.guidance.follow import GuidanceFollower
 from triage.selectors.calls import GenerationInput, calls_generation_input
 from triage.services.recovery import calls_restream_if_lost
 
-log = logging.getLogger("triage.inference_worker")
+log = logging.getLogger("worker")
 
 
 @dataclass

@@ -97,7 +97,7 @@ class Stack:
         env = dict(self.env, DATABASE_POOL_MAX=self.env.get("DATABASE_POOL_MAX", "10"))
         # --proxy-headers as in docker-compose.yml: the client's address from X-Forwarded-For
         self.start("web", [sys.executable, "-m", "daphne", "--proxy-headers", "-b", "127.0.0.1", "-p", str(port),
-                           "triage.asgi:application"], env=env)
+                           "config.asgi:application"], env=env)
         wait_for_port("127.0.0.1", port, timeout_s=60)
 
     def start_celery(self, concurrency: int = 1, beat: bool = True) -> None:
@@ -105,14 +105,14 @@ class Stack:
         of its own (embedded with -B it would outlive a killed worker main and run beside the restarted one's: two
         sweeps)."""
         queue = self.env.get("TRIAGE_CELERY_QUEUE", "triage")
-        self.start("celery", [sys.executable, "-m", "celery", "-A", "triage", "worker", "-Q", queue,
+        self.start("celery", [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", queue,
                               "-c", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle"])
         # webhook deliveries on their own queue and threads, as compose's `webhooks` service runs them
-        self.start("webhooks", [sys.executable, "-m", "celery", "-A", "triage", "worker", "-Q", f"{queue}.webhooks",
+        self.start("webhooks", [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", f"{queue}.webhooks",
                                 "--pool", "threads", "-c", "4", "-n", "webhooks@%h", "--loglevel", "INFO",
                                 "--without-gossip", "--without-mingle"])
         if beat:
-            self.start("beat", [sys.executable, "-m", "celery", "-A", "triage", "beat", "--loglevel", "INFO",
+            self.start("beat", [sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
                                 "-s", str(self.log_dir / "celerybeat-schedule")])
 
     def start_vllm(self, model: str, replicas: int = 1, **options: object) -> list[str]:

@@ -1,0 +1,3 @@
+"""Building and scoring the models from our fixtures: ``manage.py build_models``, ``train_predictors``,
+``evaluate_triage``, ``classify``, ``calibrate``. Run by a developer, CI or an image's build stage; nothing
+here serves a call."""
