@@ -285,7 +285,7 @@ TRIAGE = {
     "SWEEP_STUCK_AFTER_S": float(os.environ.get("TRIAGE_SWEEP_STUCK_AFTER_S", "30")),
     "PREDICTORS_DIR": Path(os.environ.get("TRIAGE_PREDICTORS_DIR", MODELS_DIR / "predictors")),
     # Dotted path of `load(path=None) -> TriagePredictor` used by the Celery triage task.
-    "PREDICTOR_LOADER": os.environ.get("TRIAGE_PREDICTOR_LOADER", "inference.predictors.load_triage_predictor"),
+    "PREDICTOR_LOADER": os.environ.get("TRIAGE_PREDICTOR_LOADER", "judgment.predictors.load_triage_predictor"),
     # Calls accepted within this many seconds of a published, not yet started triage task share it (0: a
     # task per call). The TTL only bounds how long a lost publish can hold the slot; the sweep re-sends.
     "TRIAGE_TASK_COALESCE_S": float(os.environ.get("TRIAGE_TASK_COALESCE_S", "10")),

@@ -1,4 +1,6 @@
-"""The engines, the predictors and the guidance plan: no Django here.
+"""The LLM side: our engine (``engine``, ``model_runner``, ``kv_store``), the vLLM plug-in and pool
+(``backends``), the guidance a model drafts from a protocol (``guidance``), TRAIL's length probe and the cost
+model's calibration. Run by the inference worker (``worker``) and, for the plug-in, inside vLLM; no Django.
 
 Nothing is downloaded at run time: Hugging Face libraries are told to stay offline before any of them is
 imported (a model path that is not on disk fails loudly instead of reaching a hub), and tokenizers keep no

@@ -13,14 +13,16 @@ ROOT = Path(__file__).resolve().parents[1]
 # room: the rooms its modules may import, besides its own. Who runs each room is in the README.
 ROOMS: dict[str, set[str]] = {
     "scheduler": set(),
-    "inference": {"scheduler"},
-    "triage": {"inference", "scheduler"},
-    "worker": {"triage", "inference", "scheduler"},
-    "config": {"triage", "inference", "scheduler"},
-    "training": {"inference", "scheduler"},
-    "tools": {"config", "triage", "worker", "training", "inference", "scheduler"},
+    "judgment": {"scheduler"},
+    "inference": {"judgment", "scheduler"},
+    "triage": {"inference", "judgment", "scheduler"},
+    "worker": {"triage", "inference", "judgment", "scheduler"},
+    "config": {"triage", "inference", "judgment", "scheduler"},
+    "training": {"inference", "judgment", "scheduler"},
+    "tools": {"config", "triage", "worker", "training", "inference", "judgment", "scheduler"},
 }
-WITHOUT_DJANGO = {"scheduler", "inference"}  # plain Python: the vLLM plug-in and the GPU bench load them bare
+# Plain Python: the vLLM plug-in and the GPU bench load them without Django installed.
+WITHOUT_DJANGO = {"scheduler", "judgment", "inference"}
 MAX_LINES = 400
 
 

@@ -15,7 +15,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 
-from inference.guidance.library import load_library
+from judgment.protocols import load_library
 from triage.models import ESI_LEVELS, ApiClient, AuditEvent, SchedulerSettings, Tier, WebhookDelivery
 from triage.roles import is_admin, is_supervisor
 from triage.services.clients import api_client_create, api_client_deactivate, api_client_rotate

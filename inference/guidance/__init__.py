@@ -1,2 +1,3 @@
-"""Dispatcher guidance grounded in dispatch protocols: the protocol library, the prompt the LLM is served and
-trained with, and the guard that holds the streamed text to the protocol. No Django, no torch."""
+"""Dispatcher guidance grounded in dispatch protocols (``judgment.protocols``): the plan and the prompt the LLM
+is served and trained with, the read-out constraint, and the guard that holds the streamed text to the
+protocol. No Django, no torch."""

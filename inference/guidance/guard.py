@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from .library import PATIENT_FILLS, PATIENT_SLOT
+from judgment.protocols import PATIENT_FILLS, PATIENT_SLOT
 
 # A sentence ends at ".", "?" or "!" followed by white space (or the end of the stream).
 _END = re.compile(r"[.?!](?=\s)")

@@ -2,7 +2,7 @@
 when the selection is unclear, the family's key questions), and the prompt that carries it.
 
 The prompt is plain text an instruction model reads unchanged (``INFERENCE_MODEL``); the bundled model is
-trained on exactly this format (``inference.llm_training``) to reproduce the instructions it is given.
+trained on exactly this format (``training.guidance_llm``) to reproduce the instructions it is given.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .library import UNCLEAR, ProtocolLibrary, age_group, fill, patient_words
+from judgment.protocols import UNCLEAR, ProtocolLibrary, age_group, fill, patient_words
 
 ASK = "Ask the caller these questions."
 # The call's opening, in the prompt: a plan's text reaches ~230 tokens and the guidance reads it out again, and

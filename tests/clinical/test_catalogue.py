@@ -4,8 +4,8 @@ import shutil
 
 import pytest
 
-from inference.clinical import CatalogueError, load_catalogue
-from inference.clinical.catalogue import default_catalogue_dir
+from judgment.clinical import CatalogueError, load_catalogue
+from judgment.clinical.catalogue import default_catalogue_dir
 
 
 def test_the_catalogue_holds_150_high_risk_and_life_threat_rules_each_citing_a_known_source():

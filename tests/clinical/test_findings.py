@@ -2,7 +2,7 @@
 
 import pytest
 
-from inference.clinical import extract_findings, load_catalogue
+from judgment.clinical import extract_findings, load_catalogue
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from inference.clinical import assess_call, extract_findings, extract_many, load_catalogue
-from inference.clinical.assertion import CURRENT, PRESENT, RESOLVED
-from inference.predictors.predictor import describe_findings
+from judgment.clinical import assess_call, extract_findings, extract_many, load_catalogue
+from judgment.clinical.assertion import CURRENT, PRESENT, RESOLVED
+from judgment.predictors.predictor import describe_findings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -132,7 +132,7 @@ def test_no_evaluation_call_yields_contradicting_assertions(catalogue):
 
 
 def test_the_findings_score_counts_asserted_findings_and_assertions_against_the_annotation(catalogue):
-    from inference.clinical.evaluation import score_findings
+    from training.findings_evaluation import score_findings
 
     mapping = {"not_breathing": ("apnoea",), "breathing_normally": ("breathing_ok",), "chest_pain": ("chest_pain",)}
     records = [{"transcript": "he's not breathing, no chest pain", "findings": {

@@ -146,7 +146,7 @@ def test_audit_log_is_read_only_with_filters(make_call, supervisor):
 
 
 def test_the_admin_lists_the_protocols_and_their_versions_read_only(supervisor):
-    from inference.guidance.library import load_library
+    from judgment.protocols import load_library
 
     library = load_library()
     client = staff_client(supervisor)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from inference.gpu_bench.sections import solo_greedy
-from inference.guidance.corpus import example_records, record_prompt
+from tools.gpu_bench.sections import solo_greedy
+from training.guidance_corpus import example_records, record_prompt
 
 __all__ = ["corpus_prompts", "solo_greedy"]
 

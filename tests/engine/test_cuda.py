@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from inference.gpu_bench.scripted import ScriptedScheduler
 from scheduler.decision import PreemptionMode
 from tests.engine.reference import corpus_prompts, solo_greedy
+from tools.gpu_bench.scripted import ScriptedScheduler
 
 pytestmark = [
     pytest.mark.gpu,

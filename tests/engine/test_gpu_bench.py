@@ -11,7 +11,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 RUN = """
 import sys
-from inference.gpu_bench.__main__ import main
+from tools.gpu_bench.__main__ import main
 main(["--device", "cpu", "--tiny", "--threads", "1", "--out", sys.argv[1]])
 heavy = sorted(m for m in ("django", "spacy", "medspacy", "redis", "celery", "psycopg") if m in sys.modules)
 print("IMPORTED", heavy)

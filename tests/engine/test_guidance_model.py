@@ -7,7 +7,13 @@ import random
 
 import pytest
 
-from inference.guidance.corpus import (
+from inference.guidance.guard import StreamGuard
+from inference.guidance.plan import ASK, normalise_transcript
+from judgment.protocols import UNCLEAR, load_library
+from scheduler.config import SchedulerConfig
+from scheduler.cost import PRESETS
+from scheduler.policies import make_scheduler
+from training.guidance_corpus import (
     UNCLEAR_SHARE,
     example_records,
     follows_plan,
@@ -16,13 +22,7 @@ from inference.guidance.corpus import (
     record_prompt,
     training_pairs,
 )
-from inference.guidance.guard import StreamGuard
-from inference.guidance.library import UNCLEAR, load_library
-from inference.guidance.plan import ASK, normalise_transcript
-from inference.llm_training import _length_buckets
-from scheduler.config import SchedulerConfig
-from scheduler.cost import PRESETS
-from scheduler.policies import make_scheduler
+from training.guidance_llm import _length_buckets
 
 
 def _generate(backend, records: list[dict], max_new_tokens: int = 384) -> list[str]:

@@ -5,18 +5,12 @@ from __future__ import annotations
 
 import torch
 
-from inference.predictors.length_probe import (
-    LengthProbe,
-    LengthRefiner,
-    Trace,
-    bin_of,
-    evaluate_probe,
-    train_probe,
-)
+from inference.length_probe import LengthProbe, LengthRefiner, bin_of
 from scheduler.config import SchedulerConfig
 from scheduler.cost import PRESETS
 from scheduler.policies import make_scheduler
 from tests.engine.reference import corpus_prompts
+from training.length_probe import Trace, evaluate_probe, train_probe
 
 
 def _synthetic_traces(n: int, seed: int) -> list[Trace]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from inference.engine import Engine
-from inference.gpu_bench.scripted import ScriptedScheduler
 from scheduler.decision import PreemptionMode
 from tests.engine.reference import corpus_prompts, solo_greedy
+from tools.gpu_bench.scripted import ScriptedScheduler
 
 MAX_NEW = 40
 SWAP, DROP, PARTIAL = PreemptionMode.SWAP, PreemptionMode.DROP, PreemptionMode.PARTIAL

@@ -150,7 +150,7 @@ def test_a_cancelled_call_stops_generating_and_its_entry_is_acknowledged(make_wo
 
 
 def _assess(call: Call, protocol: str) -> None:
-    from inference.guidance.library import load_library
+    from judgment.protocols import load_library
 
     TriageAssessment.objects.create(
         call=call, predicted_esi=call.level, probabilities=[0.2] * 5, predicted_output_tokens=24, model_version="test",

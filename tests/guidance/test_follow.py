@@ -2,8 +2,8 @@
 them all, and a cancellation asked for by a protocol switch means "admit again", not "finished"."""
 
 from inference.guidance.follow import GuidanceFollower
-from inference.guidance.library import load_library
 from inference.guidance.plan import plan_guidance
+from judgment.protocols import load_library
 
 
 def _plan():

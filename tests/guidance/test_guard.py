@@ -1,8 +1,8 @@
 """The guard on the stream: protocol sentences pass however the tokens are cut, anything else is caught."""
 
 from inference.guidance.guard import StreamGuard
-from inference.guidance.library import load_library
 from inference.guidance.plan import ASK, guidance_prompt, plan_guidance
+from judgment.protocols import load_library
 
 
 def _choking(esi=1, age=None):

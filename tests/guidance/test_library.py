@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from inference.guidance.library import ProtocolLibraryError, default_library_dir, load_library, patient_words
 from inference.guidance.plan import plan_guidance
+from judgment.protocols import ProtocolLibraryError, default_library_dir, load_library, patient_words
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -85,8 +85,8 @@ def test_an_instruction_for_some_ages_reaches_only_those_patients():
 
 def test_no_evaluation_calls_guidance_holds_a_sentence_for_another_age_group():
     """Every labelled evaluation call's plan, as served (the age read from the call, None when it says none)."""
-    from inference.guidance.corpus import record_age, record_plan
-    from inference.guidance.library import AGE_GROUPS, age_group
+    from judgment.protocols import AGE_GROUPS, age_group
+    from training.guidance_corpus import record_age, record_plan
 
     library = load_library()
     conditioned = {s: groups for p in library.protocols.values() for b in p.bands

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from inference.predictors import REPO_ROOT, PredictorsNotBuilt, load_triage_predictor, training
+from judgment.predictors import REPO_ROOT, PredictorsNotBuilt, load_triage_predictor
+from training.predictors import pipeline as training
 
 ARREST = "My husband has just collapsed in the kitchen, he's not breathing and I can't feel a pulse, his lips are blue"
 
@@ -46,7 +47,7 @@ def test_evaluation_sets_are_written_apart_from_the_training_corpus(trained_pred
 _MICRO_TRAINING = """
 import dataclasses, json, sys
 from pathlib import Path
-from inference.predictors import training
+from training.predictors import pipeline as training
 micro = dataclasses.replace(training.TINY, name="micro", train_limit=120, test_limit=30,
                             eval_limit=20)
 metrics = training.train(micro, out_dir=Path(sys.argv[1]), lengths_path=None)
@@ -83,7 +84,7 @@ def test_a_cardiac_arrest_call_is_esi_1_at_decision_point_a_with_its_reason(trai
 
 
 def test_a_protocol_below_the_confidence_threshold_is_unclear_with_the_likeliest_kept(trained_predictors_dir):
-    from inference.predictors.protocol import choose
+    from judgment.predictors.protocol import choose
 
     ids = ("cardiac_arrest", "choking", "fall")
     confident = choose([0.7, 0.2, 0.1], ids, threshold=0.5)
@@ -117,7 +118,7 @@ def test_loading_an_untrained_directory_says_how_to_build_it(tmp_path):
 
 
 def test_a_likeliest_protocol_too_close_to_its_runner_up_is_unclear():
-    from inference.predictors.protocol import choose
+    from judgment.predictors.protocol import choose
 
     ids = ("stroke", "headache", "fall")
     assert choose([0.5, 0.42, 0.08], ids, threshold=0.3, margin=0.1).protocol == "unclear"
@@ -127,7 +128,7 @@ def test_a_likeliest_protocol_too_close_to_its_runner_up_is_unclear():
 def test_the_decision_is_tuned_to_fewest_costed_misfires_and_unclears():
     import torch
 
-    from inference.predictors.fitting import WRONG_CONFIDENT_COST, tune_protocol_decision
+    from training.predictors.fitting import WRONG_CONFIDENT_COST, tune_protocol_decision
 
     ids = ("a", "b", "c")
     # Confident calls are right; calls with a close runner-up are wrong half the time: a margin pays off.

@@ -75,7 +75,7 @@ def test_classify_works_with_no_database_reachable_and_no_secret_key(trained_pre
 @pytest.fixture
 def training_calls(monkeypatch) -> dict:
     """Replace training.train by a recorder; the command is a thin wrapper."""
-    from inference.predictors import training
+    from training.predictors import pipeline as training
 
     seen: dict = {}
 
@@ -92,7 +92,7 @@ def training_calls(monkeypatch) -> dict:
 
 
 def test_train_predictors_passes_its_options_to_training(training_calls, tmp_path):
-    from inference.predictors import training
+    from training.predictors import pipeline as training
 
     seen = training_calls
     lengths = _write(tmp_path / "lengths.jsonl", '{"id": "call-00001", "output_tokens": 12}')

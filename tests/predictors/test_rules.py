@@ -3,11 +3,11 @@
 import pytest
 import torch
 
-from inference.clinical import AlgorithmResult, Reason
-from inference.clinical.algorithm import NearMiss
-from inference.predictors.esi import decide_levels
-from inference.predictors.evaluation import esi_metrics
-from inference.predictors.judgement import judge
+from judgment.clinical import AlgorithmResult, Reason
+from judgment.clinical.algorithm import NearMiss
+from judgment.predictors.esi import decide_levels
+from judgment.predictors.judgement import judge
+from training.predictors.evaluation import esi_metrics
 
 
 def test_decision_rule_picks_the_more_urgent_level_when_in_doubt():
@@ -92,7 +92,7 @@ def test_under_triage_counts_true_esi_1_2_predicted_3_to_5_and_over_triage_count
 
 
 def test_real_output_lengths_are_preferred_over_the_proxy(tmp_path):
-    from inference.predictors.length_labels import SOURCE_REAL, length_labels
+    from training.predictors.length_labels import SOURCE_REAL, length_labels
 
     records = [{"id": "a", "scenario": "fever", "esi": 4, "transcript": "hot"}, {"id": "b", "scenario": "fever", "esi": 4}]
     lengths = tmp_path / "output_lengths.jsonl"
@@ -102,9 +102,9 @@ def test_real_output_lengths_are_preferred_over_the_proxy(tmp_path):
 
 
 def test_without_real_lengths_the_label_source_says_proxy(tmp_path):
-    from inference.guidance.library import load_library
     from inference.guidance.plan import plan_guidance
-    from inference.predictors.length_labels import length_labels
+    from judgment.protocols import load_library
+    from training.predictors.length_labels import length_labels
 
     records = [{"id": "a", "protocol": "fall", "esi": 4, "transcript": "she slipped and hurt her wrist"}]
     labels, source = length_labels(records, tmp_path / "absent.jsonl", count_tokens=lambda text: len(text.split()))
@@ -113,7 +113,7 @@ def test_without_real_lengths_the_label_source_says_proxy(tmp_path):
 
 
 def test_threshold_tuning_holds_out_every_call_of_an_author_together():
-    from inference.predictors.training import author_folds
+    from training.predictors.pipeline import author_folds
 
     records = [{"id": f"w{a}-{i:03d}"} for a in (1, 2, 3) for i in range(4)]
     assert author_folds(records) == [0] * 4 + [1] * 4 + [2] * 4

@@ -4,7 +4,7 @@ independently of the training data)."""
 import json
 from pathlib import Path
 
-from inference.predictors.screen import screen_score
+from judgment.predictors.screen import screen_score
 
 DEVELOPMENT = Path(__file__).resolve().parents[2] / "fixtures" / "evaluation" / "development"
 

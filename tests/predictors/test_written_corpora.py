@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from inference.clinical import load_catalogue
+from judgment.clinical import load_catalogue
 
 REPO = Path(__file__).resolve().parents[2]
 FIELDS = {"id", "transcript", "esi", "decision_point", "protocol", "chief_complaint", "caller", "rationale"}

@@ -8,8 +8,8 @@ from datetime import datetime
 
 from django.db.models import QuerySet
 
-from inference.guidance.library import UNCLEAR, ProtocolLibrary, load_library
 from inference.guidance.plan import GuidancePlan, guidance_prompt, plan_guidance
+from judgment.protocols import UNCLEAR, ProtocolLibrary, load_library
 from triage.models import FINAL_STATUSES, ApiClient, Call
 
 UNKNOWN_FAMILY = "unknown"  # the family read when a call has no protocol selection (assessed before selection)

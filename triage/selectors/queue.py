@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
-from inference.guidance.library import UNCLEAR, ProtocolLibrary, load_library
+from judgment.protocols import UNCLEAR, ProtocolLibrary, load_library
 from scheduler.config import ESI_LEVELS, SchedulerConfig
 from scheduler.metrics import meets_slo, percentile, slo_attainment, slo_targets
 from scheduler.policies.aging import effective_level, level_changes

@@ -22,8 +22,8 @@ import redis
 from django.db import transaction
 from django.utils import timezone
 
-from inference.guidance.library import ProtocolLibrary, load_library
-from inference.predictors.protocol import ProtocolChoice
+from judgment.predictors.protocol import ProtocolChoice
+from judgment.protocols import ProtocolLibrary, load_library
 from triage.metrics import calls_triaged
 from triage.models import ESI_LEVELS, AuditEvent, Call, CallStatus, DecisionPoint, Tier, TriageAssessment
 from triage.realtime import call_changed_on_commit
@@ -41,7 +41,7 @@ logger = logging.getLogger(__name__)
 
 
 class Prediction(Protocol):
-    """What ``inference.predictors.TriagePredictor.predict`` returns for one transcript."""
+    """What ``judgment.predictors.TriagePredictor.predict`` returns for one transcript."""
 
     esi: int
     probabilities: Sequence[float]

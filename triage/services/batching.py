@@ -9,7 +9,7 @@ task per burst: ``send_triage_task``). The tasks of the calls it took find them 
 (idempotent).
 
 When more calls wait than one batch takes, a lexical pre-screen of the ESI decision points
-(inference/predictors/screen.py) picks which go first: likely life-threatening calls, then the rest, none
+(judgment/predictors/screen.py) picks which go first: likely life-threatening calls, then the rest, none
 deferred more than ``SCREEN_MAX_DEFER_S``. In a burst the classifier is a queue too, and its order decides
 how soon the LLM scheduler even knows a call is urgent. The classifier's queue follows the configured
 scheduling policy: an urgency-blind one (``fcfs``, ``sjf``, ``laps``, ``trail``: ``urgency_aware`` is False)
@@ -37,7 +37,7 @@ from .calls import call_transition
 from .dispatch import send_triage_task
 
 LINGER_STEP_S = 0.01
-# A burst's backlog is ranked by the lexical pre-screen (inference/predictors/screen.py) in windows of this
+# A burst's backlog is ranked by the lexical pre-screen (judgment/predictors/screen.py) in windows of this
 # many oldest waiting calls; a call is never deferred past SCREEN_MAX_DEFER_S (then arrival order rules).
 SCREEN_WINDOW = 512
 SCREEN_MAX_DEFER_S = 5.0
@@ -185,7 +185,7 @@ def _take_more(batch: list[Call], batch_max: int, screen: bool) -> list[Call]:
 def _ranked_for_triage(window: list[tuple[int, datetime]]) -> list[tuple[int, datetime]]:
     """Sort (pk, created_at) rows for claiming. Transcripts are read once per call: the linger loop ranks the
     same backlog every few milliseconds, and scores are kept per process."""
-    from inference.predictors.screen import screen_score  # regexes only; Celery's import, not the web's
+    from judgment.predictors.screen import screen_score  # regexes only; Celery's import, not the web's
 
     unscored = [pk for pk, _ in window if pk not in _SCREEN_CACHE]
     if unscored:

@@ -13,7 +13,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from inference.guidance.library import load_library
+from judgment.protocols import load_library
 from triage.models import Call, CallStatus, TriageAssessment
 from triage.realtime import call_changed_on_commit
 from triage.roles import is_dispatcher

@@ -1,7 +1,7 @@
 """`manage.py build_models`: everything the product's models need, built from fixtures/, deterministically.
 
 1. Train the guidance LLM (tokenizer + small Llama) to read out the protocol text its prompt carries: for every
-   written call (fixtures/calls/written/), the plan of its labelled protocol and ESI (inference.guidance.corpus).
+   written call (fixtures/calls/written/), the plan of its labelled protocol and ESI (training.guidance_corpus).
 2. Generate with the engine for every written call and every evaluation-set call: the REAL output lengths
    (<model>/output_lengths.jsonl), the probe layer's hidden states, and whether each guidance reads its plan out.
 3. `train_predictors --lengths <that file>` (the ESI, protocol and length heads).
@@ -25,16 +25,16 @@ from django.core.management.base import BaseCommand
 from tqdm import tqdm
 
 from inference.backends.hf import HFBackend
-from inference.guidance.corpus import example_records, follows_plan, load_written, record_plan, training_pairs
 from inference.guidance.guard import StreamGuard
-from inference.guidance.library import load_library
 from inference.guidance.plan import GuidancePlan, guidance_prompt, plan_guidance
-from inference.llm_training import FULL_CONFIG, TINY_CONFIG, train_guidance_model
-from inference.predictors import training as predictor_training
-from inference.predictors.length_probe import Trace, evaluate_probe, train_probe
+from judgment.protocols import load_library
 from scheduler.config import SchedulerConfig
 from scheduler.cost import PRESETS
 from scheduler.policies import make_scheduler
+from training.guidance_corpus import example_records, follows_plan, load_written, record_plan, training_pairs
+from training.guidance_llm import FULL_CONFIG, TINY_CONFIG, train_guidance_model
+from training.length_probe import Trace, evaluate_probe, train_probe
+from training.predictors import pipeline as predictor_training
 
 PROBE_TEST_AUTHORS = 3  # the last authors in sorted order: the probe is evaluated on calls of authors it never saw
 
@@ -113,7 +113,7 @@ class Command(BaseCommand):
     def handle(self, *args, **opts) -> None:  # noqa: ANN002, ANN003
         torch.set_num_threads(opts["threads"])
         if opts["load_model"]:
-            from inference.load_model import build_load_model
+            from training.load_model import build_load_model
 
             self.stdout.write(f"load-test model -> {build_load_model(Path(opts['load_model']))}")
             return
@@ -198,7 +198,7 @@ class Command(BaseCommand):
         them, the engine generates, the stream guard judges every sentence. Twice: as the worker serves them
         under strict guarding (the read-out constrained to the plan's sentences), and the model unconstrained (as
         a server that is not constrained would stream them, the guard alone holding them)."""
-        from inference.predictors import load_triage_predictor
+        from judgment.predictors import load_triage_predictor
 
         library = load_library()
         predictions = load_triage_predictor().predict([r["transcript"] for r in records])
@@ -217,7 +217,7 @@ class Command(BaseCommand):
     def _prompt_only(self, records: list[dict]) -> dict[str, float]:
         """The intake's prompt-only length predictions, when its predictors are built."""
         try:
-            from inference.predictors import load_triage_predictor
+            from judgment.predictors import load_triage_predictor
 
             predictor = load_triage_predictor()
         except Exception as exc:  # noqa: BLE001 - predictors are optional here

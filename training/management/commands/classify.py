@@ -54,8 +54,8 @@ class Command(BaseCommand):
         parser.add_argument("--predictors", type=Path, help="trained bundle (default: TRIAGE_PREDICTORS_DIR)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from inference.guidance.library import load_library
-        from inference.predictors import PredictorsNotBuilt, load_triage_predictor
+        from judgment.predictors import PredictorsNotBuilt, load_triage_predictor
+        from judgment.protocols import load_library
 
         calls = self._read(options["file"])
         directory = options["predictors"] or os.environ.get("TRIAGE_PREDICTORS_DIR")

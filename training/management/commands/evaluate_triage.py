@@ -32,7 +32,8 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         import torch
 
-        from inference.predictors import PredictorsNotBuilt, load_triage_predictor, training
+        from judgment.predictors import PredictorsNotBuilt, load_triage_predictor
+        from training.predictors import pipeline as training
 
         try:
             predictor = load_triage_predictor(options["predictors"] or settings.TRIAGE["PREDICTORS_DIR"])
@@ -77,20 +78,20 @@ class Command(BaseCommand):
 
 
 def _esi_sets() -> tuple[str, ...]:
-    from inference.predictors import training
+    from training.predictors import pipeline as training
 
     return training.EVALUATION_SETS
 
 
 def _findings_sets() -> tuple[str, ...]:
-    from inference.predictors import training
+    from training.predictors import pipeline as training
 
     return training.FINDINGS_SETS
 
 
 def _findings_metrics(name: str, catalogue: Any) -> dict[str, Any]:
-    from inference.clinical.evaluation import FINDINGS_SET
-    from inference.predictors import training
+    from training.findings_evaluation import FINDINGS_SET
+    from training.predictors import pipeline as training
 
     if not (FINDINGS_SET.parent / name).is_dir():
         raise CommandError(f"--findings-sets: no findings set {name!r} under {FINDINGS_SET.parent}")

@@ -1,4 +1,4 @@
-"""Train the ESI classifier and the output-length predictor (thin wrapper over inference.predictors.training)."""
+"""Train the ESI classifier and the output-length predictor (thin wrapper over training.predictors.pipeline)."""
 
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, help="override the config's seed")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from inference.predictors import training
+        from training.predictors import pipeline as training
 
         # call_command(..., lengths="...") passes strings through without argparse's type=Path
         lengths, out, corpus, written = (

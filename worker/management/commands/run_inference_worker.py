@@ -34,7 +34,7 @@ def build_engine(model: str, device: str, policy: str | None, max_new_tokens: in
     refiner = None
     probe_dir = Path(model) / "length_probe"
     if (probe_dir / "length_probe.json").exists():
-        from inference.predictors.length_probe import LengthProbe, LengthRefiner
+        from inference.length_probe import LengthProbe, LengthRefiner
 
         refiner = LengthRefiner(LengthProbe.load(probe_dir))
     return backend.make_engine(scheduler, max_new_tokens=max_new_tokens, refiner=refiner)

@@ -1,6 +1,6 @@
 """Triage predictors: the ESI level with its decision point and reasons, and the output-length predictor.
 
-Per call: the explicit ESI algorithm over the clinical catalogue (``inference.clinical``: findings from the
+Per call: the explicit ESI algorithm over the clinical catalogue (``judgment.clinical``: findings from the
 free text, decision points A-D), trained linear heads on [the call's word n-grams, the algorithm's features]
 for the level, the dispatch protocol and the guidance length, and the judgement that combines the level with
 the algorithm's (``judgement``). This package never imports Django; torch is imported lazily, on the first
@@ -8,7 +8,7 @@ load, so importing the API is cheap.
 
 Stable API::
 
-    from inference.predictors import load_triage_predictor
+    from judgment.predictors import load_triage_predictor
     predictor = load_triage_predictor()          # TRIAGE_PREDICTORS_DIR or <repo>/models/predictors
     [p] = predictor.predict(["he's collapsed and he's not breathing"])
     p.esi, p.decision_point, p.reasons, p.uncertain, p.probabilities, p.predicted_output_tokens

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from inference.clinical import AlgorithmResult
+from judgment.clinical import AlgorithmResult
 
 # Where the rules counted resources, the model's own count replaces theirs only when it gives it this much: a
 # flat distribution is no reading. (On the development and independent sets the full model, where it differs

@@ -1,14 +1,14 @@
 """Prepare, on a CPU with the whole project installed, what the GPU bench needs and a GPU machine cannot make:
 
-    python -m inference.gpu_bench.prepare --predictors models/predictors [--calls 200] [--out fixtures/gpu_bench]
+    python -m tools.gpu_bench.prepare --predictors models/predictors [--calls 200] [--out fixtures/gpu_bench]
 
 - ``burst.jsonl``: calls of the written corpus (``fixtures/calls/written/``, spread over its authors and levels)
   as the service would queue them: the level and answer length the trained predictors give each, and the
   guidance prompt of its selected protocol;
 - ``tokenizer.json``: a byte-level BPE tokenizer trained the way the bundled guidance model's is
-  (``inference.llm_training.train_tokenizer``, its vocabulary size) on these prompts and the protocol library.
+  (``training.guidance_llm.train_tokenizer``, its vocabulary size) on these prompts and the protocol library.
 
-The GPU machine then needs only torch, transformers and this package (``python -m inference.gpu_bench``).
+The GPU machine then needs only torch, transformers and this package (``python -m tools.gpu_bench``).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ OUT = Path(__file__).resolve().parents[2] / "fixtures" / "gpu_bench"
 
 
 def prepare(predictors: Path, calls: int, out: Path, seed: int = 0) -> dict[str, int]:
-    from inference.guidance.corpus import load_written
-    from inference.guidance.library import UNCLEAR, load_library
     from inference.guidance.plan import guidance_prompt, plan_guidance
-    from inference.llm_training import FULL_CONFIG, train_tokenizer
-    from inference.predictors import load_triage_predictor
+    from judgment.predictors import load_triage_predictor
+    from judgment.protocols import UNCLEAR, load_library
+    from training.guidance_corpus import load_written
+    from training.guidance_llm import FULL_CONFIG, train_tokenizer
 
     records = load_written()
     random.Random(seed).shuffle(records)

@@ -15,8 +15,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from inference.guidance.corpus import reference_guidance
-from inference.guidance.library import load_library
+from judgment.protocols import load_library
+from training.guidance_corpus import reference_guidance
 
 SOURCE_REAL = "real: guidance LLM output lengths"
 SOURCE_PROXY = "proxy:protocol_text (WordPiece tokens of the protocol text the call's plan reads out; not LLM output)"

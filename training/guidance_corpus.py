@@ -19,12 +19,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from inference.clinical import assess_call, load_catalogue
+from inference.guidance.plan import GuidancePlan, guidance_prompt, plan_guidance
+from judgment.clinical import assess_call, load_catalogue
+from judgment.protocols import UNCLEAR, ProtocolLibrary, load_library
 
-from .library import UNCLEAR, ProtocolLibrary, load_library
-from .plan import GuidancePlan, guidance_prompt, plan_guidance
-
-WRITTEN_CORPUS = Path(__file__).resolve().parents[2] / "fixtures" / "calls" / "written"
+WRITTEN_CORPUS = Path(__file__).resolve().parents[1] / "fixtures" / "calls" / "written"
 UNCLEAR_SHARE = 0.15  # of training calls also taught with their family's unclear plan
 EXAMPLES_PER_PROTOCOL = 3
 

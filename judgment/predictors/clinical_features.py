@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from inference.clinical import AlgorithmResult, Catalogue, Findings, extract_many, run_algorithm
-from inference.clinical.assertion import CURRENT, HISTORICAL, NEGATED, RESOLVED
-from inference.clinical.catalogue import PERSISTENT_KINDS, RESOURCE_WEIGHTS
+from judgment.clinical import AlgorithmResult, Catalogue, Findings, extract_many, run_algorithm
+from judgment.clinical.assertion import CURRENT, HISTORICAL, NEGATED, RESOLVED
+from judgment.clinical.catalogue import PERSISTENT_KINDS, RESOURCE_WEIGHTS
 
 AGE_BANDS = (("age:<1", 0, 1), ("age:1-15", 1, 16), ("age:16-64", 16, 65), ("age:65+", 65, 200))
 

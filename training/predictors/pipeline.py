@@ -11,7 +11,7 @@
   (``fixtures/evaluation/independent/``, never trained or tuned on), the development set, the written corpus
   out of fold (the in-distribution number), and the template corpus' test split (ESI only).
 
-    from inference.predictors.training import FULL, train
+    from training.predictors.pipeline import FULL, train
     metrics = train(FULL, out_dir=Path("models/predictors"))
 """
 
@@ -31,15 +31,23 @@ from typing import Any
 
 import torch
 
-from inference.clinical import AlgorithmResult, Catalogue, load_catalogue
-from inference.guidance.library import load_library
-
-from . import REPO_ROOT, TriagePrediction, TriagePredictor
-from .bundle import read_bundle, write_bundle
-from .clinical_features import assess_calls, columns, feature_names
-from .esi import EsiClassifier, decide_levels
-from .evaluation import calibration, decision_point_agreement, esi_metrics, length_metrics, protocol_metrics
-from .fitting import (
+from judgment.clinical import AlgorithmResult, Catalogue, load_catalogue
+from judgment.predictors import REPO_ROOT, TriagePrediction, TriagePredictor
+from judgment.predictors.bundle import read_bundle, write_bundle
+from judgment.predictors.clinical_features import assess_calls, columns, feature_names
+from judgment.predictors.esi import EsiClassifier, decide_levels
+from judgment.predictors.judgement import judge
+from judgment.predictors.length import LengthPredictor
+from judgment.predictors.ngrams import CallInputs, NgramVectoriser
+from judgment.protocols import load_library
+from training.predictors.evaluation import (
+    calibration,
+    decision_point_agreement,
+    esi_metrics,
+    length_metrics,
+    protocol_metrics,
+)
+from training.predictors.fitting import (
     HeadConfig,
     fit_esi_head,
     fit_length_head,
@@ -48,11 +56,8 @@ from .fitting import (
     train_protocol,
     tune_thresholds,
 )
-from .judgement import judge
-from .length import LengthPredictor
-from .length_labels import length_labels
-from .model_card import render_model_card, render_reliability
-from .ngrams import CallInputs, NgramVectoriser
+from training.predictors.length_labels import length_labels
+from training.predictors.model_card import render_model_card, render_reliability
 
 DEFAULT_CORPUS = REPO_ROOT / "fixtures" / "calls" / "calls.jsonl"  # the template corpus: a reference point
 WRITTEN_CORPUS = REPO_ROOT / "fixtures" / "calls" / "written"  # the ESI training corpus
@@ -291,9 +296,9 @@ def evaluate_sets(
 
 def evaluate_findings(name: str, catalogue: Catalogue, limit: int | None = None) -> dict[str, Any]:
     """Precision and recall of asserted findings and assertion accuracy on a findings set
-    (``inference.clinical.evaluation``)."""
-    from inference.clinical import extract_many
-    from inference.clinical.evaluation import load_findings_set, score_findings
+    (``training.findings_evaluation``)."""
+    from judgment.clinical import extract_many
+    from training.findings_evaluation import load_findings_set, score_findings
 
     records, mapping = load_findings_set(EVALUATION_DIR / name)
     records = records[:limit] if limit else records

@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
-from .catalogue import Catalogue
+from judgment.clinical.catalogue import Catalogue
 
-FINDINGS_SET = Path(__file__).resolve().parents[2] / "fixtures" / "evaluation" / "findings"
+FINDINGS_SET = Path(__file__).resolve().parents[1] / "fixtures" / "evaluation" / "findings"
 ASSERTED = frozenset({"present", "possible"})
 # When a concept is mentioned with several assertions, the one a call is scored by (old readers gave several).
 ORDER = ("present", "possible", "negated", "resolved", "historical", "hypothetical", "other_person", "question")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from inference.data_files import ContentCache, check_keys, parse_yaml
+from judgment.data_files import ContentCache, check_keys, parse_yaml
 
 from .phrases import PhraseError, compile_phrase
 from .reader import DEFAULT_WINDOW, CueSpec, ReadingRules, word_norms

@@ -1,4 +1,4 @@
-"""``python -m inference.gpu_bench --device cuda|cpu [--tiny] --out DIR [--sections ...]`` (see the package's
+"""``python -m tools.gpu_bench --device cuda|cpu [--tiny] --out DIR [--sections ...]`` (see the package's
 docstring). Writes DIR/gpu_bench.json after every section, so a run cut short keeps what it measured."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import torch
 
-from inference.gpu_bench import model as bench_model
-from inference.gpu_bench import sections
 from scheduler.cost import PRESETS, CostModel
+from tools.gpu_bench import model as bench_model
+from tools.gpu_bench import sections
 
 SECTIONS = ("throughput", "burst", "costs", "exactness")
 

@@ -9,11 +9,11 @@ from typing import Any
 
 import torch
 
-from .esi import N_LEVELS, decide_levels
-from .evaluation import esi_metrics, objective, protocol_metrics
-from .linear import LinearHead, fit_ridge, fit_softmax
-from .ngrams import CallInputs
-from .protocol import UNCLEAR, ProtocolClassifier, choose
+from judgment.predictors.esi import N_LEVELS, decide_levels
+from judgment.predictors.linear import LinearHead, fit_ridge, fit_softmax
+from judgment.predictors.ngrams import CallInputs
+from judgment.predictors.protocol import UNCLEAR, ProtocolClassifier, choose
+from training.predictors.evaluation import esi_metrics, objective, protocol_metrics
 
 THRESHOLD_GRID = tuple(round(0.1 + 0.05 * i, 2) for i in range(12))  # 0.10 .. 0.65
 

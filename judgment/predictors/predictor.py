@@ -8,7 +8,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from inference.clinical import Catalogue, Findings
+    from judgment.clinical import Catalogue, Findings
 
     from .esi import EsiClassifier
     from .length import LengthPredictor

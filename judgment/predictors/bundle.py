@@ -67,7 +67,7 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 
 
 def read_bundle(directory: Path):  # -> TriagePredictor (import cycle kept out of the signature)
-    from inference.clinical import load_catalogue
+    from judgment.clinical import load_catalogue
 
     from .esi import EsiClassifier
     from .length import LengthPredictor

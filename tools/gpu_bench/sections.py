@@ -15,14 +15,14 @@ from pathlib import Path
 import torch
 
 from inference.backends.hf import HFBackend
-from inference.bench import run_engine, run_sequential
 from inference.calibration import calibrate, kv_bytes_per_token
-from inference.gpu_bench.scripted import ScriptedScheduler
 from scheduler.config import SchedulerConfig
 from scheduler.cost import PRESETS, CostModel
 from scheduler.decision import PreemptionMode
 from scheduler.metrics import percentile
 from scheduler.policies import make_scheduler
+from tools.engine_bench import run_engine, run_sequential
+from tools.gpu_bench.scripted import ScriptedScheduler
 
 
 @dataclass(frozen=True)

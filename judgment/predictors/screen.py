@@ -5,15 +5,15 @@ calls waiting than one micro-batch takes, which are classified first, so a likel
 not stuck behind a hundred sprained ankles in the triage queue. Its knowledge is the clinical catalogue's: a
 concept that alone fires a decision-point-A rule scores 2, one that alone fires a B rule 1, unless concepts.yaml
 gives the concept its own ``screen`` weight (warning signs such as "collapsed" or "turning blue"), plus 1 per
-alarming vital sign (``inference.clinical.vitals``). Negation is not read here (a screen may put a denied
+alarming vital sign (``judgment.clinical.vitals``). Negation is not read here (a screen may put a denied
 finding early; the classifier then decides). Spelling is matched as the catalogue matches it.
 """
 
 from __future__ import annotations
 
-from inference.clinical import Catalogue, load_catalogue
-from inference.clinical.reader import SCREEN_PIPES, mentions, normalised_text, reader_for
-from inference.clinical.vitals import read_vitals
+from judgment.clinical import Catalogue, load_catalogue
+from judgment.clinical.reader import SCREEN_PIPES, mentions, normalised_text, reader_for
+from judgment.clinical.vitals import read_vitals
 
 SCREEN_CHARS = 4000
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inference.data_files import ContentCache, check_keys, parse_yaml
+from judgment.data_files import ContentCache, check_keys, parse_yaml
 from scheduler.config import ESI_LEVELS
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 UNCLEAR = "unclear"  # the selection when the selector is not confident: the family's key questions are read
 PATIENT_SLOT = "{patient}"
 PATIENT_FILLS = ("the patient", "the child", "the baby")

@@ -1,7 +1,7 @@
 """Clinical knowledge applied to a call: the catalogue (fixtures/clinical/), findings from free text (read with
 spaCy and medspaCy), and the ESI algorithm's decision points A-D with their reasons. No torch, no Django.
 
-    from inference.clinical import assess_call, load_catalogue
+    from judgment.clinical import assess_call, load_catalogue
     catalogue = load_catalogue()
     findings, result = assess_call("my dad's collapsed and he isn't breathing", catalogue)
     result.level, result.decision_point, [str(r) for r in result.reasons]   # 1, "A", ["A: not breathing or no pulse"]

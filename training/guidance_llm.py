@@ -39,7 +39,7 @@ class LLMTrainingConfig:
     switched_share: float = 0.0  # share of calls also taught another protocol's plan (corpus.training_pairs)
 
 
-# ~2.5M parameters, trained on the written corpus' calls (inference.guidance.corpus): it reads out the protocol
+# ~2.5M parameters, trained on the written corpus' calls (training.guidance_corpus): it reads out the protocol
 # text its prompt carries.
 FULL_CONFIG = LLMTrainingConfig(hidden_size=192, intermediate_size=512, steps=1000, split_suffixes=True,
                                 switched_share=0.25)

@@ -1,7 +1,7 @@
 """Throughput of our engine against sequential `model.generate` (and transformers' ContinuousBatchingManager).
 
-    python -m inference.bench [--model PATH] [--concurrency 1,8,32] [--max-new 64] [--with-cb] [--json]
-    python -m inference.bench --profile [--concurrency 32] [--max-new 128]   # where the engine's time goes
+    python -m tools.engine_bench [--model PATH] [--concurrency 1,8,32] [--max-new 64] [--with-cb] [--json]
+    python -m tools.engine_bench --profile [--concurrency 32] [--max-new 128]   # where the engine's time goes
 
 Each row runs the same N call prompts three ways and reports generated tokens per second:
 `sequential` (one `generate()` per request, one after another), `engine` (all N submitted at once to our
@@ -24,8 +24,8 @@ from scheduler.policies import make_scheduler
 
 
 def bench_prompts(backend: HFBackend, n: int) -> list[list[int]]:
-    # imported here: the corpus reads calls with spaCy, which the GPU bench (``inference.gpu_bench``) runs without
-    from inference.guidance.corpus import example_records, record_prompt
+    # imported here: the corpus reads calls with spaCy, which the GPU bench (``tools.gpu_bench``) runs without
+    from training.guidance_corpus import example_records, record_prompt
 
     records = example_records()
     return [backend.encode(record_prompt(records[(i * 7) % len(records)])) for i in range(n)]
