@@ -21,7 +21,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.http import HttpRequest, HttpResponseBase, JsonResponse
 
 from config.middleware import DualModeMiddleware
-from triage.redis_clients import ENGINE_METRICS_KEY, get_redis
+from triage.redis_clients import ENGINE_METRICS_KEY, redis_bytes_client
 
 LIVENESS_PATH = "/healthz"
 READINESS_PATH = "/readyz"
@@ -44,7 +44,7 @@ def _database() -> str | None:
 def _redis() -> tuple[str | None, float | None]:
     """An error (or None) and the age in seconds of the newest inference worker heartbeat (None: none seen)."""
     try:
-        client = get_redis()
+        client = redis_bytes_client()
         client.ping()
         updated = client.hget(ENGINE_METRICS_KEY, "updated_at")
     except Exception as error:  # noqa: BLE001

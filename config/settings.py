@@ -87,7 +87,8 @@ INSTALLED_APPS = [
     "axes",
     "triage",  # the dispatch app (its migrations' label)
     "worker",  # the inference worker: `manage.py run_inference_worker`
-    # Model building and the local stack's commands, where the tree has them (the production image does not)
+    # The model commands (the image builds its models at first start), and the harness where the tree has it
+    # (the production image ships no tools/: .dockerignore)
     *(app for app in ("training", "tools") if importlib.util.find_spec(app) is not None),
 ]
 

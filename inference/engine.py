@@ -90,10 +90,6 @@ class StepResult:
     started_ids: list[str] = field(default_factory=list)  # ran for the first time (first token this step)
     duration_s: float = 0.0
 
-    @property
-    def is_idle(self) -> bool:
-        return self.stage is None
-
 
 class Engine:
     def __init__(

@@ -6,14 +6,32 @@ hands it to ``make_scheduler`` (start-up) or ``scheduler.update_config`` (after 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
-ESI_LEVELS = (1, 2, 3, 4, 5)
+T = TypeVar("T")
+
+ESI_LEVELS = (1, 2, 3, 4, 5)  # ESI 1 (life-saving intervention now) .. 5 (non-urgent); lower is more urgent
+MOST_URGENT, LEAST_URGENT = ESI_LEVELS[0], ESI_LEVELS[-1]
+# What a request is scheduled as before triage has judged it (or when whatever sent it gave no values):
+# the middle of the scale, so it neither jumps the urgent calls nor starves, and a short answer.
+UNTRIAGED_LEVEL = 3
+UNPREDICTED_OUTPUT_TOKENS = 64
 TIER_NAMES = {1: "Immediate", 2: "Emergent", 3: "Urgent", 4: "Less urgent", 5: "Non-urgent"}
 EVICTION_MODES = ("cost", "recompute", "swap")
 STAGE_MERGE_MODES = ("level", "paper", "strict")
+
+
+def tier_claiming(level: int, tiers: Iterable[T], levels: Callable[[T], Iterable[int]]) -> T | None:
+    """The tier a level belongs to: the first, in the administrator's order, whose ESI levels include it (the
+    one rule for the database's tiers and the scheduler's); None when no tier claims it. O(tiers)."""
+    return next((tier for tier in tiers if level in levels(tier)), None)
+
+
+def clamp_level(level: int) -> int:
+    """The nearest ESI level (a priority from outside, e.g. vLLM's own, may be any integer)."""
+    return min(LEAST_URGENT, max(MOST_URGENT, int(level)))
 
 
 @dataclass(frozen=True)
@@ -127,10 +145,7 @@ class SchedulerConfig:
         """The named tier if configured, else the first tier listing ``level``; O(tiers)."""
         if tier is not None and tier in self.tiers:
             return self.tiers[tier]
-        for policy in self.tiers.values():
-            if level in policy.esi_levels:
-                return policy
-        return _FALLBACK_TIER
+        return tier_claiming(level, self.tiers.values(), lambda policy: policy.esi_levels) or _FALLBACK_TIER
 
     def with_changes(self, **changes: Any) -> SchedulerConfig:
         return replace(self, **changes)

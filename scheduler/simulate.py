@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from scheduler.config import EVICTION_MODES, STAGE_MERGE_MODES, SchedulerConfig
+from scheduler.config import ESI_LEVELS, EVICTION_MODES, STAGE_MERGE_MODES, SchedulerConfig
 from scheduler.cost import PRESETS, CostModel
 from scheduler.decision import Decision
 from scheduler.metrics import RequestOutcome, TdgAccumulator, by_esi, slo_targets, summarise
@@ -315,7 +315,7 @@ def plot(results: Sequence[dict[str, Any]], path: str, title: str) -> None:
     for i, res in enumerate(results):
         xs = [k + (i - (len(results) - 1) / 2) * width for k in range(5)]
         ax.bar(xs, [res["by_esi"][str(k + 1)].get("wait_mean", 0) for k in range(5)], width, label=res["policy"])
-    ax.set_xticks(range(5), [f"ESI {k}" for k in range(1, 6)])
+    ax.set_xticks(range(len(ESI_LEVELS)), [f"ESI {k}" for k in ESI_LEVELS])
     ax.set_ylabel("mean waiting time (s)")
     ax.set_title(title)
     ax.legend()

@@ -11,6 +11,8 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from scheduler.config import ESI_LEVELS, clamp_level
+
 LENGTH_BUCKET_TOKENS = 50
 
 
@@ -106,9 +108,9 @@ def predict(
         if urgency_error_rate and rng.random() < urgency_error_rate:
             sign = rng.choice((-1, 1))
             level = a.esi + sign * urgency_error_distance
-            if not 1 <= level <= 5:
+            if level not in ESI_LEVELS:
                 level = a.esi - sign * urgency_error_distance
-            level = min(5, max(1, level))
+            level = clamp_level(level)
         length = a.output_tokens if exact_lengths else bucketed_length(rng, a.output_tokens)
         if length_error_rate and rng.random() < length_error_rate:
             length = max(1, length + rng.choice((-1, 1)) * length_error_distance * LENGTH_BUCKET_TOKENS)

@@ -25,6 +25,25 @@ ROOMS: dict[str, set[str]] = {
 WITHOUT_DJANGO = {"scheduler", "judgment", "inference"}
 MAX_LINES = 400
 
+# Inside the dispatch app, layers from the bottom: a module imports only its own layer and those below. Services
+# write, selectors read (services may read through selectors, never the other way); the channels to other
+# processes publish what they are given and read no rows; the entry points (HTTP, sockets, tasks, admin, the
+# board feed, commands) sit on top.
+TRIAGE_LAYERS: list[tuple[str, ...]] = [
+    ("triage.models", "triage.call_status", "triage.contracts", "triage.roles", "triage.redis_clients", "triage.metrics",
+     "triage.api_tokens", "triage.migrations"),
+    ("triage.streams", "triage.realtime"),
+    ("triage.selectors",),
+    ("triage.services",),
+    ("triage.api", "triage.views", "triage.forms", "triage.consumers", "triage.board_feed", "triage.routing",
+     "triage.tasks", "triage.admin", "triage.management", "triage.apps", "triage"),
+]
+# What a selector must not call: each writes (``SchedulerSettings.load`` creates the row it cannot find).
+WRITES = {"save", "create", "get_or_create", "update_or_create", "update", "delete", "bulk_create", "bulk_update",
+          "load", "select_for_update"}
+# The production image ships the app, not the harness (.dockerignore).
+NOT_IN_IMAGE = ("tools", "tests")
+
 
 def _modules() -> dict[str, Path]:
     found = {}
@@ -138,6 +157,41 @@ def test_the_rooms_below_the_django_apps_import_no_django():
     offenders = [name for name, path in _modules().items() if _room(name) in WITHOUT_DJANGO
                  and any(_room(t) in {"django", "rest_framework", "celery", "channels"} for t in _imported(name, path))]
     assert offenders == []
+
+
+def _layer(module: str) -> int:
+    """The dispatch-app layer of a module: its longest matching prefix."""
+    matches = [(len(prefix), i) for i, layer in enumerate(TRIAGE_LAYERS) for prefix in layer
+               if module == prefix or module.startswith(prefix + ".")]
+    return max(matches)[1]
+
+
+def test_inside_the_dispatch_app_each_layer_imports_only_its_own_and_those_below():
+    upward = [f"{m} -> {t}" for m, targets in _graph().items() if _room(m) == "triage"
+              for t in targets if _room(t) == "triage" and _layer(t) > _layer(m)]
+    assert upward == []
+
+
+def test_the_layer_rule_sees_a_selector_importing_a_service():
+    assert _layer("triage.services.clients") > _layer("triage.selectors.clients") > _layer("triage.realtime")
+
+
+def _called(path: Path) -> set[str]:
+    return {node.func.attr for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)}
+
+
+def test_selectors_read_and_never_write():
+    assert {name: sorted(_called(path) & WRITES) for name, path in _modules().items()
+            if name.startswith("triage.selectors") and _called(path) & WRITES} == {}
+
+
+def test_the_production_image_ships_neither_the_harness_nor_the_tests():
+    ignored = {line.strip().rstrip("/") for line in (ROOT / ".dockerignore").read_text().splitlines()}
+    assert set(NOT_IN_IMAGE) <= ignored
+    shipped = [f"{m} -> {t}" for m, targets in _graph().items() if _room(m) not in NOT_IN_IMAGE
+               for t in targets if _room(t) in NOT_IN_IMAGE]
+    assert shipped == []
 
 
 def test_no_module_outgrows_400_lines():

@@ -305,14 +305,14 @@ def _count(result: DrillResult, ids: list[str], poster: _Poster, fault_at: float
     from django.db import connection
     from django.db.models import Count
 
-    from triage.models import AuditEvent, Call, CallStatus
+    from triage.models import AuditAction, AuditEvent, Call, CallStatus
 
     connection.close()
     calls = Call.objects.filter(external_id__in=ids)
     result.accepted, result.refused_posts = poster.accepted, poster.refused
     stored = list(calls.values_list("external_id", flat=True))
     result.duplicated = len(stored) - len(set(stored))
-    result.duplicated += AuditEvent.objects.filter(call__in=calls, action="call.done").values("call").annotate(
+    result.duplicated += AuditEvent.objects.filter(call__in=calls, action=AuditAction.CALL_DONE).values("call").annotate(
         n=Count("id")).filter(n__gt=1).count()
     done = sorted(t.timestamp() for t in calls.filter(status=CallStatus.DONE).values_list("done_at", flat=True))
     result.done = len(done)

@@ -14,8 +14,17 @@ import time
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from triage import realtime
-from triage.models import FINAL_STATUSES, Call
+from triage import board_feed, realtime
+from triage.contracts import (
+    BOARD_REQUESTS,
+    done_event,
+    guidance_event,
+    replay_event,
+    restart_event,
+    snapshot_event,
+    token_event,
+)
+from triage.models import FINAL_STATUSES, Call, CallStatus
 from triage.roles import has_any_role
 from triage.selectors.queue import queue_snapshot
 
@@ -46,11 +55,10 @@ async def _refuse_unless_allowed(consumer: AsyncJsonWebsocketConsumer) -> bool:
 
 @database_sync_to_async
 def _snapshot_with_seq() -> dict:
-    # The sequence number first, then the rows: see realtime.flush_dashboard for why.
+    # The sequence number first, then the rows: see board_feed.flush_dashboard for why.
     seq = realtime.current_seq()
     snapshot = queue_snapshot()
-    snapshot["metrics_history"] = realtime.metrics_history()
-    return {"type": "snapshot", "seq": seq, **snapshot}
+    return snapshot_event(seq=seq, snapshot=snapshot, metrics_history=realtime.metrics_history())
 
 
 class DashboardConsumer(AsyncJsonWebsocketConsumer):
@@ -66,17 +74,17 @@ class DashboardConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(realtime.DASHBOARD_GROUP, self.channel_name)
         self.joined = True
         await self.accept()
-        await realtime.publisher.acquire()
+        await board_feed.publisher.acquire()
         await self.send_snapshot()
 
     async def disconnect(self, code: int) -> None:
         if self.joined:
             self.joined = False
             await self.channel_layer.group_discard(realtime.DASHBOARD_GROUP, self.channel_name)
-            await realtime.publisher.release()
+            await board_feed.publisher.release()
 
     async def receive_json(self, content: dict, **kwargs: object) -> None:
-        if isinstance(content, dict) and content.get("type") == "snapshot.request":
+        if isinstance(content, dict) and content.get("type") in BOARD_REQUESTS:
             wait = SNAPSHOT_MIN_INTERVAL_S - (time.monotonic() - self.last_snapshot_at)
             if wait > 0:
                 await asyncio.sleep(wait)
@@ -126,13 +134,13 @@ class CallConsumer(AsyncJsonWebsocketConsumer):
         final = call.status in FINAL_STATUSES
         if replay.last_index < 0 and not replay.done and call.guidance:
             # The replay log has expired (or this call predates it): the database has the text.
-            await self.send_json({"type": "replay", "text": call.guidance, "index": -1, "done": final,
-                                  "off_protocol": call.off_protocol_sentences > 0})
+            await self.send_json(replay_event(text=call.guidance, index=-1, done=final,
+                                              off_protocol=call.off_protocol_sentences > 0))
             return
         self.last_index = replay.last_index
         self.replaced = replay.off_protocol
-        await self.send_json({"type": "replay", "text": replay.text, "index": replay.last_index,
-                              "done": replay.done or final, "off_protocol": replay.off_protocol})
+        await self.send_json(replay_event(text=replay.text, index=replay.last_index, done=replay.done or final,
+                                          off_protocol=replay.off_protocol))
 
     async def disconnect(self, code: int) -> None:
         if self.group:
@@ -152,22 +160,22 @@ class CallConsumer(AsyncJsonWebsocketConsumer):
                 return
             if missing.last_index >= index:
                 self.last_index = missing.last_index
-                await self.send_json({"type": "token", "index": missing.last_index, "text": missing.text})
+                await self.send_json(token_event(index=missing.last_index, text=missing.text))
                 return
         self.last_index = index
-        await self.send_json({"type": "token", "index": index, "text": message.get("text", "")})
+        await self.send_json(token_event(index=index, text=message.get("text", "")))
 
     async def call_guidance(self, message: dict) -> None:
         self.replaced = True
-        await self.send_json({"type": "guidance", "text": message.get("text", ""), "off_protocol": True})
+        await self.send_json(guidance_event(message.get("text", "")))
 
     async def call_restart(self, message: dict) -> None:
         self.last_index, self.replaced = -1, False
-        await self.send_json({"type": "restart"})
+        await self.send_json(restart_event())
 
     async def call_done(self, message: dict) -> None:
         missing = await _replay(self.call_id, self.last_index)
         if missing.text and not self.replaced:
             self.last_index = missing.last_index
-            await self.send_json({"type": "token", "index": missing.last_index, "text": missing.text})
-        await self.send_json({"type": "done", "status": message.get("status", "done")})
+            await self.send_json(token_event(index=missing.last_index, text=missing.text))
+        await self.send_json(done_event(message.get("status", CallStatus.DONE)))

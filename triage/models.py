@@ -7,56 +7,20 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from scheduler.config import ESI_LEVELS, EVICTION_MODES, STAGE_MERGE_MODES, SchedulerConfig, TierPolicy
+from scheduler.policies import POLICIES
+from triage.call_status import (  # noqa: F401 - re-exported: most modules look for them here
+    ACTIVE_STATUSES,
+    ALLOWED_TRANSITIONS,
+    BEFORE_STREAM_STATUSES,
+    FINAL_STATUSES,
+    IN_STREAM_STATUSES,
+    STATUS_TIMESTAMP_FIELD,
+    SWITCHABLE_STATUSES,
+    TO_CLOSE_STATUSES,
+    CallStatus,
+)
 
 ESI_VALIDATORS = [MinValueValidator(min(ESI_LEVELS)), MaxValueValidator(max(ESI_LEVELS))]
-
-
-class CallStatus(models.TextChoices):
-    RECEIVED = "received"
-    TRIAGED = "triaged"
-    QUEUED = "queued"
-    PREFILLING = "prefilling"
-    DECODING = "decoding"
-    PREEMPTED = "preempted"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-ACTIVE_STATUSES = (
-    CallStatus.RECEIVED,
-    CallStatus.TRIAGED,
-    CallStatus.QUEUED,
-    CallStatus.PREFILLING,
-    CallStatus.DECODING,
-    CallStatus.PREEMPTED,
-)
-FINAL_STATUSES = (CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED)
-
-# Which status may follow which; services refuse anything else.
-ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
-    CallStatus.RECEIVED: frozenset({CallStatus.TRIAGED, CallStatus.FAILED, CallStatus.CANCELLED}),
-    CallStatus.TRIAGED: frozenset({CallStatus.QUEUED, CallStatus.FAILED, CallStatus.CANCELLED}),
-    CallStatus.QUEUED: frozenset({CallStatus.PREFILLING, CallStatus.DECODING, *FINAL_STATUSES}),
-    CallStatus.PREFILLING: frozenset({CallStatus.DECODING, CallStatus.PREEMPTED, *FINAL_STATUSES}),
-    CallStatus.DECODING: frozenset({CallStatus.PREEMPTED, CallStatus.PREFILLING, *FINAL_STATUSES}),
-    CallStatus.PREEMPTED: frozenset({CallStatus.PREFILLING, CallStatus.DECODING, *FINAL_STATUSES}),
-    CallStatus.DONE: frozenset({CallStatus.QUEUED}),  # a protocol switch generates the guidance again
-    CallStatus.FAILED: frozenset({CallStatus.QUEUED}),  # a supervisor may retry a failed call
-    CallStatus.CANCELLED: frozenset(),
-}
-
-# The timestamp field stamped when a call enters each status (first entry for repeatable ones).
-STATUS_TIMESTAMP_FIELD = {
-    CallStatus.TRIAGED: "triaged_at",
-    CallStatus.QUEUED: "queued_at",
-    CallStatus.PREFILLING: "prefill_started_at",
-    CallStatus.DECODING: "first_token_at",
-    CallStatus.PREEMPTED: "last_preempted_at",
-    CallStatus.DONE: "done_at",
-    CallStatus.FAILED: "failed_at",
-    CallStatus.CANCELLED: "cancelled_at",
-}
 
 
 class ApiClient(models.Model):
@@ -139,11 +103,9 @@ class Tier(models.Model):
 class SchedulerSettings(models.Model):
     """The one row of scheduler configuration the inference worker applies live."""
 
-    POLICY_CHOICES = [
-        (p, p) for p in ("semantic", "oracle", "fcfs", "sjf", "hpjf", "laps", "slide", "trail")
-    ]
-    policy = models.CharField(max_length=20, choices=POLICY_CHOICES, default="semantic")
-    batch_size = models.PositiveSmallIntegerField(default=16, validators=[MinValueValidator(1)])
+    policy = models.CharField(max_length=20, choices=[(name, name) for name in POLICIES],
+                              default=SchedulerConfig.policy)
+    batch_size = models.PositiveSmallIntegerField(default=SchedulerConfig.batch_size, validators=[MinValueValidator(1)])
     kv_capacity_blocks = models.PositiveIntegerField(default=2048, validators=[MinValueValidator(1)])
     block_size = models.PositiveSmallIntegerField(default=16, validators=[MinValueValidator(1)])
     preempt_on_arrival = models.BooleanField(default=True)
@@ -193,8 +155,14 @@ class SchedulerSettings(models.Model):
 
     @classmethod
     def load(cls) -> SchedulerSettings:
+        """The row, created with the defaults if there is none yet (for writers: services, the admin)."""
         obj, _ = cls.objects.get_or_create(pk=1)
         return obj
+
+    @classmethod
+    def current(cls) -> SchedulerSettings:
+        """The settings in force, without writing: the row, or the defaults (unsaved) while there is none."""
+        return cls.objects.filter(pk=1).first() or cls(pk=1)
 
 
 class Call(models.Model):
@@ -315,9 +283,37 @@ class TriageAssessment(models.Model):
         max_length=300, blank=True, help_text="The assessment's reason the dispatcher disagreed with"
     )
 
-    @property
-    def effective_esi(self) -> int:
-        return self.override_esi or self.predicted_esi
+
+class AuditAction(models.TextChoices):
+    """What an audit row records: each kind of change, named once."""
+
+    CALL_CREATED = "call.created"
+    CALL_TRIAGED = "call.triaged"
+    CALL_QUEUED = "call.queued"
+    CALL_PREFILLING = "call.prefilling"
+    CALL_DECODING = "call.decoding"
+    CALL_PREEMPTED = "call.preempted"
+    CALL_DONE = "call.done"
+    CALL_FAILED = "call.failed"
+    CALL_CANCELLED = "call.cancelled"
+    CALL_LEVEL_OVERRIDDEN = "call.level_overridden"
+    CALL_PROTOCOL_SWITCHED = "call.protocol_switched"
+    CALL_ACKNOWLEDGED = "call.acknowledged"
+    CALL_CLOSED = "call.closed"
+    API_CLIENT_CREATED = "api_client.created"
+    API_CLIENT_ROTATED = "api_client.rotated"
+    API_CLIENT_DEACTIVATED = "api_client.deactivated"
+    API_CLIENT_WEBHOOK_SET = "api_client.webhook_set"
+    API_CLIENT_WEBHOOK_SECRET_ROTATED = "api_client.webhook_secret_rotated"
+    SCHEDULER_SETTINGS_UPDATED = "scheduler_settings.updated"
+    TIER_CREATED = "tier.created"
+    TIER_UPDATED = "tier.updated"
+    TIER_DELETED = "tier.deleted"
+
+    @classmethod
+    def entered(cls, status: str) -> AuditAction:
+        """The action of a call's move into ``status``."""
+        return cls(f"call.{status}")
 
 
 class AuditEventQuerySet(models.QuerySet):
@@ -333,7 +329,7 @@ class AuditEvent(models.Model):
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     call = models.ForeignKey(Call, on_delete=models.PROTECT, null=True, blank=True, related_name="audit_events")
-    action = models.CharField(max_length=50, db_index=True)
+    action = models.CharField(max_length=50, choices=AuditAction.choices, db_index=True)
     from_status = models.CharField(max_length=20, blank=True)
     to_status = models.CharField(max_length=20, blank=True)
     actor = models.CharField(max_length=150, help_text="user:<name>, client:<name> or system:<process>")

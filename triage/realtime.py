@@ -11,7 +11,7 @@ Services (any process: web, Celery, inference worker)
     call ``call_changed_on_commit(call_id)`` inside the transaction of every change to a call that
     the board shows (status, level, tier, preemption count, acknowledged/closed). It only adds the
     id to a Redis set once the transaction commits (O(1), no event loop needed); the throttled
-    publisher below turns the set into events.
+    publisher (``triage.board_feed``) turns the set into events.
 
 Inference worker, per generated token (``publish_tokens`` does both steps for you)
     1. ``XADD triage:tokens:<call_id> * index <i> text <t>`` — the replay log, written first;
@@ -33,7 +33,7 @@ Inference worker, engine metrics (at most a few times per second)
     (a counter since start) and ``updated_at`` (Unix seconds). The board reads it; values older
     than ``ENGINE_METRICS_STALE_S`` are shown as "engine idle/offline".
 
-Dashboard socket ``ws/dashboard/`` (server → browser JSON)
+Dashboard socket ``ws/dashboard/`` (server → browser JSON; the types and their fields: ``triage.contracts``)
     ``{"type": "snapshot", "seq", "server_time", "calls": [call…], "tiers": [tier…],
        "aging_enabled", "metrics", "metrics_history": [metrics…]}``
     ``{"type": "call.updated", "seq", "call": call}`` — full state of one call (idempotent);
@@ -56,22 +56,19 @@ Call socket ``ws/calls/<id>/`` (server → browser JSON)
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import redis
 from asgiref.sync import async_to_sync
-from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from django.db import transaction
 
 # The inference worker writes the engine metrics through this module's name for the key.
-from triage.redis_clients import redis_client
-from triage.selectors.queue import board_metrics, call_states
+from triage.call_status import CallStatus
+from triage.redis_clients import redis_text_client
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +80,6 @@ STORM_COOLDOWN_KEY = "triage:board:storm-cooldown"
 METRICS_DUE_KEY = "triage:board:metrics-due"
 METRICS_HISTORY_KEY = "triage:board:metrics-history"
 
-FLUSH_INTERVAL_S = 0.25  # "a few per second"
 STORM_THRESHOLD = 25  # more dirty calls than this in one flush: send one resync instead
 STORM_COOLDOWN_S = 1.0  # at most one resync a second, however long the storm lasts
 METRICS_INTERVAL_S = 1.0
@@ -113,123 +109,21 @@ def mark_calls_dirty(call_ids: Iterable[int]) -> None:
     if not ids:
         return
     try:
-        redis_client().sadd(DIRTY_KEY, *ids)
+        redis_text_client().sadd(DIRTY_KEY, *ids)
     except redis.RedisError:
         # The change is committed; browsers catch up on their next snapshot. Never fail a write for this.
         logger.warning("could not mark calls %s dirty for the dashboard", ids[:10], exc_info=True)
 
 
 def current_seq() -> int:
-    return int(redis_client().get(SEQ_KEY) or 0)
+    return int(redis_text_client().get(SEQ_KEY) or 0)
 
 
-# --- the throttled publisher -----------------------------------------------------------------------
-
-
-@dataclass
-class FlushResult:
-    sent_updates: int = 0
-    sent_resync: bool = False
-    sent_metrics: bool = False
-    skipped_locked: bool = False
-
-
-def flush_dashboard(*, force_metrics: bool = False) -> FlushResult:
-    """Turn the dirty set into sequenced dashboard events (one flush; the publisher calls it 4×/s).
-
-    Ordering that keeps snapshot + events == fresh snapshot: rows are read from the database
-    *before* the sequence number is taken, and a snapshot takes its sequence number *before* reading
-    rows. So a snapshot whose seq covers an event holds data at least as new as that event, and an
-    event newer than the snapshot's seq is applied on top of it; a change committed after our read
-    re-marks the call dirty and goes out in a later flush.
-    """
-    r = redis_client()
-    result = FlushResult()
-    token = uuid.uuid4().hex
-    if not r.set(FLUSH_LOCK_KEY, token, nx=True, px=5000):
-        result.skipped_locked = True
-        return result
-    try:
-        events: list[dict] = []
-        dirty = r.scard(DIRTY_KEY)
-        if dirty > STORM_THRESHOLD:
-            # openwisp-style storm handling: one "fetch a snapshot" hint instead of N events.
-            if r.set(STORM_COOLDOWN_KEY, "1", nx=True, px=int(STORM_COOLDOWN_S * 1000)):
-                # Safe to drop the set: every change in it committed before this point, and the
-                # snapshot each client now fetches is read after it.
-                r.delete(DIRTY_KEY)
-                events.append({"type": "resync", "reason": "storm", "dirty": dirty})
-                result.sent_resync = True
-        elif dirty:
-            ids = [int(i) for i in r.spop(DIRTY_KEY, dirty) or []]
-            states = call_states(ids)
-            for call_id in sorted(ids):
-                if call_id in states:
-                    events.append({"type": "call.updated", "call": states[call_id]})
-                else:
-                    events.append({"type": "call.removed", "call_id": call_id})
-            result.sent_updates = len(events)
-        if force_metrics or r.set(METRICS_DUE_KEY, "1", nx=True, px=int(METRICS_INTERVAL_S * 1000)):
-            metrics = board_metrics()
-            r.rpush(METRICS_HISTORY_KEY, json.dumps(metrics))
-            r.ltrim(METRICS_HISTORY_KEY, -METRICS_HISTORY_POINTS, -1)
-            events.append({"type": "metrics", "metrics": metrics})
-            result.sent_metrics = True
-        if events:
-            last = r.incrby(SEQ_KEY, len(events))
-            for offset, event in enumerate(events):
-                event["seq"] = last - len(events) + 1 + offset
-            _group_send_many(DASHBOARD_GROUP, [{"type": "board.event", "event": e} for e in events])
-        return result
-    finally:
-        if r.get(FLUSH_LOCK_KEY) == token:  # not a lock another process took after ours expired
-            r.delete(FLUSH_LOCK_KEY)
+# --- board state in Redis ---------------------------------------------------------------------------
 
 
 def metrics_history() -> list[dict]:
-    return [json.loads(p) for p in redis_client().lrange(METRICS_HISTORY_KEY, 0, -1)]
-
-
-class DashboardPublisher:
-    """Runs ``flush_dashboard`` every ``FLUSH_INTERVAL_S`` while this process has dashboard sockets.
-
-    Lives in the web (daphne) process, started by the first dashboard consumer and stopped with the
-    last one. Several web processes may run one each: the Redis lock makes one flush at a time.
-    """
-
-    def __init__(self, interval_s: float = FLUSH_INTERVAL_S) -> None:
-        self.interval_s = interval_s
-        self._task: asyncio.Task | None = None
-        self._users = 0
-
-    async def acquire(self) -> None:
-        self._users += 1
-        loop = asyncio.get_running_loop()
-        if self._task is None or self._task.done() or self._task.get_loop() is not loop:
-            self._task = loop.create_task(self._run(), name="dashboard-publisher")
-
-    async def release(self) -> None:
-        self._users = max(0, self._users - 1)
-        if self._users == 0 and self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, RuntimeError):
-                pass
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval_s)
-            try:
-                await database_sync_to_async(flush_dashboard)()
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # a bad flush must not stop the board
-                logger.exception("dashboard flush failed")
-
-
-publisher = DashboardPublisher()
+    return [json.loads(p) for p in redis_text_client().lrange(METRICS_HISTORY_KEY, 0, -1)]
 
 
 # --- per-call token streams (helpers for the inference worker) -------------------------------------
@@ -240,7 +134,7 @@ def publish_tokens(tokens: Iterable[tuple[int, int, str]]) -> None:
     tokens = list(tokens)
     if not tokens:
         return
-    pipe = redis_client().pipeline(transaction=False)
+    pipe = redis_text_client().pipeline(transaction=False)
     for call_id, index, text in tokens:
         pipe.xadd(token_stream_key(call_id), {"index": index, "text": text})
     pipe.execute()
@@ -249,10 +143,10 @@ def publish_tokens(tokens: Iterable[tuple[int, int, str]]) -> None:
     )
 
 
-def publish_call_done(call_id: int, status: str = "done") -> None:
+def publish_call_done(call_id: int, status: str = CallStatus.DONE) -> None:
     """Close a call's token stream: replay shows it finished, and watchers get ``done``."""
     key = token_stream_key(call_id)
-    pipe = redis_client().pipeline(transaction=False)
+    pipe = redis_text_client().pipeline(transaction=False)
     pipe.xadd(key, {"done": 1, "status": status})
     pipe.expire(key, TOKEN_STREAM_TTL_S)
     pipe.execute()
@@ -261,13 +155,13 @@ def publish_call_done(call_id: int, status: str = "done") -> None:
 
 def publish_guidance_replaced(call_id: int, text: str) -> None:
     """The stream guard found a sentence off protocol: the call shows ``text`` (the protocol's own) instead."""
-    redis_client().xadd(token_stream_key(call_id), {"replace": text})
+    redis_text_client().xadd(token_stream_key(call_id), {"replace": text})
     _group_send_many_groups([(call_group(call_id), {"type": "call.guidance", "text": text, "off_protocol": True})])
 
 
 def publish_guidance_restart(call_id: int) -> None:
     """The call's guidance is generated again from the start (its protocol was switched)."""
-    redis_client().xadd(token_stream_key(call_id), {"restart": 1})
+    redis_text_client().xadd(token_stream_key(call_id), {"restart": 1})
     _group_send_many_groups([(call_group(call_id), {"type": "call.restart"})])
 
 
@@ -283,7 +177,7 @@ class TokenReplay:
 def read_token_replay(call_id: int, *, after_index: int = -1) -> TokenReplay:
     """The guidance so far for a call (the tokens after ``after_index`` of its latest generation), from its
     replay log; after a guard's replacement, the replacement and no later tokens."""
-    return token_replay_from_entries(redis_client().xrange(token_stream_key(call_id)), after_index=after_index)
+    return token_replay_from_entries(redis_text_client().xrange(token_stream_key(call_id)), after_index=after_index)
 
 
 def token_replay_from_entries(
@@ -298,7 +192,7 @@ def token_replay_from_entries(
         elif "replace" in fields:
             parts, replaced = [fields["replace"]], True
         elif "done" in fields:
-            done, status = True, fields.get("status") or "done"
+            done, status = True, fields.get("status") or CallStatus.DONE
         elif int(fields.get("index", -1)) > last:
             last = int(fields["index"])
             if not replaced:
@@ -309,7 +203,7 @@ def token_replay_from_entries(
 # --- sending ---------------------------------------------------------------------------------------
 
 
-def _group_send_many(group: str, messages: list[dict]) -> None:
+def group_send_many(group: str, messages: list[dict]) -> None:
     _group_send_many_groups([(group, m) for m in messages])
 
 

@@ -1,7 +1,7 @@
 """The process's Redis clients, one module for both, so a caller can see which it holds.
 
-``get_redis()`` answers bytes: the inference stream and the control channel, whose entry ids and fields the
-stream code decodes where it reads them. ``redis_client()`` answers text: the board's keys (token replays, the
+``redis_bytes_client()`` answers bytes: the inference stream and the control channel, whose entry ids and fields the
+stream code decodes where it reads them. ``redis_text_client()`` answers text: the board's keys (token replays, the
 engine-metrics hash the inference worker writes and the board and the readiness probe read). Each is one
 thread-safe connection pool per process, built lazily from ``settings.REDIS_URL``.
 """
@@ -28,11 +28,11 @@ def _text_client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, decode_responses=True, socket_timeout=5)
 
 
-def get_redis() -> redis.Redis:
+def redis_bytes_client() -> redis.Redis:
     """The bytes client for ``settings.REDIS_URL`` (the stream and the control channel)."""
     return _bytes_client(settings.REDIS_URL)
 
 
-def redis_client() -> redis.Redis:
+def redis_text_client() -> redis.Redis:
     """The text client for ``settings.REDIS_URL`` (the board's keys)."""
     return _text_client(settings.REDIS_URL)

@@ -22,14 +22,14 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
 from triage.forms import OUTCOME_SUGGESTIONS, CancelForm, CloseForm, OverrideForm, ProtocolForm, SearchForm
-from triage.models import FINAL_STATUSES, Call, CallStatus
+from triage.models import FINAL_STATUSES, SWITCHABLE_STATUSES, Call, CallStatus
 from triage.roles import has_any_role, is_dispatcher, is_supervisor
-from triage.selectors.queue import is_live, protocol_choices, protocol_state
+from triage.selectors.queue import board_vocabulary, is_live, protocol_choices, protocol_state
 from triage.services.board import call_acknowledge, call_close
 from triage.services.calls import call_cancel
 from triage.services.errors import DomainError
 from triage.services.overrides import call_override_level
-from triage.services.protocols import SWITCHABLE, call_switch_protocol
+from triage.services.protocols import call_switch_protocol
 from triage.services.recovery import call_retry
 
 SEARCH_PAGE_SIZE = 50
@@ -52,7 +52,7 @@ def _call_context(request: HttpRequest, call: Call) -> dict:
         "can_retry": call.status == CallStatus.FAILED and getattr(call, "assessment", None) is not None,
         "can_close": call.status in FINAL_STATUSES and call.closed_at is None,
         "override_form": OverrideForm(initial={"level": call.level}),
-        "can_switch_protocol": call.status in SWITCHABLE and getattr(call, "assessment", None) is not None,
+        "can_switch_protocol": call.status in SWITCHABLE_STATUSES and getattr(call, "assessment", None) is not None,
         "protocol_choices": protocol_choices(),
         "close_form": CloseForm(),
         "cancel_form": CancelForm(),
@@ -71,7 +71,8 @@ def board(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "triage/board.html",
-        {"can_act": is_dispatcher(request.user), "is_supervisor": is_supervisor(request.user)},
+        {"can_act": is_dispatcher(request.user), "is_supervisor": is_supervisor(request.user),
+         "vocabulary": board_vocabulary()},
     )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -15,10 +14,19 @@ from inference.engine import StepResult
 from inference.executor import Executor
 from inference.guidance.follow import GuidanceFollower
 from inference.guidance.similarity import sentence_similarity
+from triage.contracts import (
+    Cancel,
+    ConfigChanged,
+    ControlMessage,
+    Regenerate,
+    Reprioritise,
+    control_from_json,
+)
 from triage.selectors.calls import calls_generation_input
-from triage.services import generation
+from triage.selectors.scheduler import guard_similarity_threshold_load, scheduler_config_load
+from worker.request_ids import request_id
 
-from .intake import StreamIntake, WorkerOptions, text
+from .intake import StreamIntake, WorkerOptions
 from .metrics import WorkerMetrics
 from .sink import ResultSink
 
@@ -103,9 +111,6 @@ class InferenceWorker:
             self.sink.flush()
         self.metrics.publish(self.redis, every_s=self.opts.metrics_interval_s, force=force)
 
-    def prometheus_text(self) -> str:
-        return self.metrics.prometheus_text()
-
     # --- control ------------------------------------------------------------------------------------------
     def _control_loop(self) -> None:
         pubsub = self.redis.pubsub(ignore_subscribe_messages=True)
@@ -119,28 +124,29 @@ class InferenceWorker:
             if message is None:
                 continue
             try:
-                self.handle_control(json.loads(text(message["data"])))
-            except (ValueError, KeyError, TypeError):
+                control = control_from_json(message["data"])
+            except ValueError:
                 log.warning("bad control message: %r", message.get("data"))
+                continue
+            self.handle_control(control)
         pubsub.close()
 
-    def handle_control(self, message: dict) -> None:
-        kind = message.get("kind")
-        if kind == "config":
+    def handle_control(self, message: ControlMessage) -> None:
+        if isinstance(message, ConfigChanged):
             self.reload_config.set()
-        elif kind == "reprioritise":
-            self.engine.reprioritise(str(int(message["call_id"])), int(message["level"]), message.get("tier") or None)
-        elif kind == "cancel":
-            self.engine.cancel(str(int(message["call_id"])))
-        elif kind == "regenerate":
-            self.regenerate(int(message["call_id"]))
+        elif isinstance(message, Reprioritise):
+            self.engine.reprioritise(request_id(message.call_id), message.level, message.tier)
+        elif isinstance(message, Cancel):
+            self.engine.cancel(request_id(message.call_id))
+        elif isinstance(message, Regenerate):
+            self.regenerate(message.call_id)
         self._wake.set()
 
     def regenerate(self, call_id: int) -> None:
         """Generate the call again under the plan the database now gives it (a protocol switch): cancel the
         running generation, then admit the call again with its arrival, so it keeps its place in the queue.
         A call this worker does not hold is another worker's (or not read yet: its plan is read at admission)."""
-        rid = str(call_id)
+        rid = request_id(call_id)
         if rid in self.engine.sequences:
             self.guidance.regenerate(rid)
             self.engine.cancel(rid)  # admitted again when the engine reports the cancellation (the sink)
@@ -154,13 +160,13 @@ class InferenceWorker:
         current = calls_generation_input(call_ids=ids)
         for call_id in ids:
             call = current.get(call_id)
-            if call is None or str(call_id) in self.engine.sequences:
+            if call is None or request_id(call_id) in self.engine.sequences:
                 continue  # final meanwhile, or admitted already from its new stream entry
             self.intake.add_to_engine(call_id, call)
             self.sink.pending.restarted.append(call_id)
 
     def _apply_guard_mode(self) -> None:
-        threshold = generation.guard_similarity_threshold_load()
+        threshold = guard_similarity_threshold_load()
         if threshold == self._guard_threshold:
             return
         similarity = sentence_similarity() if threshold is not None else None
@@ -172,7 +178,7 @@ class InferenceWorker:
         """Apply the stored settings between iterations; a new policy takes over every live request."""
         close_old_connections()
         before = self.engine.policy_name
-        config = generation.scheduler_config_load(base=self.engine.current_config())
+        config = scheduler_config_load(base=self.engine.current_config())
         self.engine.reconfigure(config)
         if self.engine.policy_name != before:
             log.info("scheduling policy switched from %s to %s", before, self.engine.policy_name)

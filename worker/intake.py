@@ -25,8 +25,10 @@ from django.db import close_old_connections, connection
 
 from inference.executor import Executor
 from inference.guidance.follow import GuidanceFollower
+from triage.contracts import StreamEntry
 from triage.selectors.calls import GenerationInput, calls_generation_input
 from triage.services.recovery import calls_restream_if_lost
+from worker.request_ids import request_id
 
 log = logging.getLogger("worker")
 
@@ -48,23 +50,6 @@ class WorkerOptions:
 
 def text(value: bytes | str) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def entry_call_id(fields: dict[str, str]) -> int | None:
-    """The call a stream entry names, or None for an entry that names none (written by something else)."""
-    try:
-        call_id = int(fields["call_id"])
-    except (KeyError, ValueError):
-        return None
-    return call_id if call_id > 0 else None
-
-
-def _number(fields: dict[str, str], key: str, default: int) -> int:
-    """An entry's stand-in value (used only until the call's triage is committed); the default if unreadable."""
-    try:
-        return max(1, int(float(fields[key])))
-    except (KeyError, ValueError, OverflowError):
-        return default
 
 
 def group_lost(error: BaseException) -> bool:
@@ -200,37 +185,37 @@ class StreamIntake:
         """Hand the calls that stream entries name to the engine, as the database has them; the entry's own level
         and length only stand in for what the call's still uncommitted triage will store. Entries of calls
         already final, or deleted, are acknowledged at once."""
-        parsed = []
+        parsed: list[tuple[str, StreamEntry]] = []
         for entry_id, raw in entries:
             if not raw:
                 continue
-            fields = {text(k): text(v) for k, v in raw.items()}
-            call_id = entry_call_id(fields)
-            if call_id is None:
+            entry = StreamEntry.from_fields(raw)
+            if entry is None:
                 # Not ours to interpret: acknowledged, so it neither blocks the intake nor crashes a restart.
-                log.error("malformed stream entry %s acknowledged and skipped: %r", text(entry_id), fields)
+                log.error("malformed stream entry %s acknowledged and skipped: %r", text(entry_id), raw)
                 self.redis.xack(self.opts.stream, self.opts.group, text(entry_id))
                 continue
-            parsed.append((text(entry_id), call_id, fields))
+            parsed.append((text(entry_id), entry))
         if not parsed:
             return 0
         close_old_connections()
-        current = calls_generation_input(call_ids=[call_id for _, call_id, _ in parsed])
+        current = calls_generation_input(call_ids=[entry.call_id for _, entry in parsed])
         admitted = 0
-        for entry_id, call_id, fields in parsed:
+        for entry_id, entry in parsed:
+            call_id = entry.call_id
             call = current.get(call_id)
             if call is None:
                 self.redis.xack(self.opts.stream, self.opts.group, entry_id)
                 continue
             with self._lock:
                 seen = entry_id in self._entries[call_id]  # delivered again to this worker (a re-read)
-                live = str(call_id) in self.engine.sequences
+                live = request_id(call_id) in self.engine.sequences
                 if not seen:
                     self._entries[call_id].append(entry_id)
             if seen or live:
                 continue  # the call is in the engine: this entry is acknowledged with it
             try:
-                self.add_to_engine(call_id, call, fields)
+                self.add_to_engine(call_id, call, entry)
             except Exception:
                 with self._lock:  # not admitted: the re-read after this failure must not skip it
                     self._entries[call_id].remove(entry_id)
@@ -239,17 +224,20 @@ class StreamIntake:
         self._wake()
         return admitted
 
-    def add_to_engine(self, call_id: int, call: GenerationInput, fields: dict[str, str] | None = None) -> None:
-        fields = fields or {}
+    def add_to_engine(self, call_id: int, call: GenerationInput, entry: StreamEntry | None = None) -> None:
+        """Admit the call as the database has it; an entry's level and length stand in while its triage is not
+        committed yet (a call re-admitted without an entry has been triaged)."""
         # Held to its plan while generating where the executor enforces it; elsewhere the stream guard holds it.
         read_out = self.guidance.read_out(call.plan) if self.engine.constrains_read_out else None
         self.engine.add_request(
-            str(call_id), call.prompt, level=call.level or min(5, _number(fields, "level", 3)), tier=call.tier or None,
-            predicted_output_tokens=call.predicted_output_tokens or _number(fields, "predicted_output_tokens", 64),
+            request_id(call_id), call.prompt, level=call.level or (entry or StreamEntry).level,
+            tier=call.tier or None,
+            predicted_output_tokens=call.predicted_output_tokens
+            or (entry or StreamEntry).predicted_output_tokens,
             arrival_s=call.accepted_at_s,
             read_out=read_out,
         )
-        self.guidance.admitted(str(call_id), call.plan, call.generation)
+        self.guidance.admitted(request_id(call_id), call.plan, call.generation)
 
     def holds(self, call_id: int) -> bool:
         """Whether a stream entry of the call is this worker's, not yet acknowledged."""
@@ -261,7 +249,7 @@ class StreamIntake:
         ids: list[str] = []
         with self._lock:
             for call_id in call_ids:
-                if str(call_id) in self.engine.sequences:
+                if request_id(call_id) in self.engine.sequences:
                     continue  # still generating (e.g. a transition of a running call); not done yet
                 ids.extend(self._entries.pop(call_id, []))
         return ids

@@ -12,15 +12,20 @@ from collections.abc import Iterator
 from wsgiref.simple_server import WSGIServer
 
 import redis
-from prometheus_client import CollectorRegistry, Histogram, generate_latest, start_http_server
+from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from inference.executor import Executor
 from inference.guidance.follow import GuidanceFollower
+from scheduler.config import ESI_LEVELS
+from scheduler.decision import PreemptionMode
 from triage.redis_clients import ENGINE_METRICS_KEY
 
 log = logging.getLogger("worker")
-PREEMPTION_LABELS = ("swap", "drop", "partial", "paused")
+# How a running call lost its slot: the scheduler's preemption modes, or paused (vLLM's pool, where the server
+# keeps or drops the cache itself).
+PAUSED = "paused"
+PREEMPTION_LABELS = (*(str(mode) for mode in PreemptionMode), PAUSED)
 TOKENS_PER_S_WINDOW_S = 5.0
 
 
@@ -64,7 +69,7 @@ class WorkerMetrics:
             "tokens_per_s": round(sum(n for _, n in self._tokens_window) / span, 1),
             "running": len(running),
             "waiting": sum(depth.values()),
-            "queue_depth_by_esi": {str(level): depth.get(level, 0) for level in range(1, 6)},
+            "queue_depth_by_esi": {str(level): depth.get(level, 0) for level in ESI_LEVELS},
             "kv_used_blocks": used,
             "kv_capacity_blocks": capacity,
             "kv_use": round(used / capacity, 4),
@@ -99,10 +104,6 @@ class WorkerMetrics:
     def observe_done(self, level: int, total_s: float) -> None:
         """A call's guidance is complete: ``total_s`` since the API accepted it (E2E)."""
         self._e2e.labels(esi=str(level), worker=self._worker).observe(max(0.0, total_s))
-
-    def prometheus_text(self) -> str:
-        """The Prometheus exposition of this worker's registry (what ``serve`` answers)."""
-        return generate_latest(self.registry).decode()
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         """Serve /metrics on ``host:port`` (0.0.0.0 for a scraper in another container)."""

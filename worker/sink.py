@@ -24,9 +24,10 @@ from inference.guidance.follow import GuidanceFollower
 from triage import realtime
 from triage.models import CallStatus
 from triage.services import generation
+from worker.request_ids import call_id_of, request_id
 
 from .intake import StreamIntake, WorkerOptions
-from .metrics import WorkerMetrics
+from .metrics import PAUSED, WorkerMetrics
 
 log = logging.getLogger("worker")
 
@@ -68,16 +69,16 @@ class ResultSink:
         pending = self.pending
         at = datetime.now(UTC)
         for rid, mode, kept in result.preempted:
-            pending.of(int(rid)).move(CallStatus.PREEMPTED, at=at, mode=str(mode), kept_tokens=kept)
+            pending.of(call_id_of(rid)).move(CallStatus.PREEMPTED, at=at, mode=str(mode), kept_tokens=kept)
             self.stats[f"preemptions_{mode}"] += 1
         evicted = {rid for rid, _, _ in result.preempted}
         for rid in result.paused_ids:
             if rid in evicted:
                 continue  # paused and evicted in one decision: one preemption, reported with its mode above
-            pending.of(int(rid)).move(CallStatus.PREEMPTED, at=at, mode="paused")
+            pending.of(call_id_of(rid)).move(CallStatus.PREEMPTED, at=at, mode=PAUSED)
             self.stats["preemptions_paused"] += 1
         for t in result.tokens:
-            call_id = int(t.request_id)
+            call_id = call_id_of(t.request_id)
             if t.index == 0 and result.stage is not None:
                 pending.of(call_id).move(CallStatus.PREFILLING, at=at)
             if t.index == 0:
@@ -88,9 +89,9 @@ class ResultSink:
                 pending.replaced.append((call_id, replacement))
         for f in result.finished:
             if f.reason == "error":
-                self._failed(int(f.request_id), f.error, at)
+                self._failed(call_id_of(f.request_id), f.error, at)
             else:
-                self._finished(int(f.request_id), f.text, f.output_tokens, f.reason, at)
+                self._finished(call_id_of(f.request_id), f.text, f.output_tokens, f.reason, at)
         self.stats["tokens"] += len(result.tokens)
         self.stats["iterations"] += 1
 
@@ -108,13 +109,13 @@ class ResultSink:
         if started is not None and reason != "cancelled":
             self.metrics.observe_done(started[0], time.time() - started[1])
         if reason == "cancelled":
-            if self.guidance.on_cancelled(str(call_id)):
+            if self.guidance.on_cancelled(request_id(call_id)):
                 self._readmit(call_id)  # a protocol switch: generated again, not finished
                 return
             pending.done.append((call_id, "cancelled"))
             pending.of(call_id)  # nothing to store; acknowledged with the flush
             return
-        followed, replacement = self.guidance.on_done(str(call_id))
+        followed, replacement = self.guidance.on_done(request_id(call_id))
         if replacement is not None:
             pending.replaced.append((call_id, replacement))
         pending.of(call_id).finish(text=text.strip(), output_tokens=output_tokens, plan=followed.plan,
@@ -125,7 +126,7 @@ class ResultSink:
     def _failed(self, call_id: int, error: str, at: datetime) -> None:
         """The model failed on the call's batch: generated again from the start, up to MAX_GENERATION_ATTEMPTS
         times in this worker, then ``failed`` (a supervisor may retry it from the board or the API)."""
-        self.guidance.forget(str(call_id))
+        self.guidance.forget(request_id(call_id))
         self.failures[call_id] += 1
         self.stats["generation_errors"] += 1
         if self.failures[call_id] < MAX_GENERATION_ATTEMPTS:

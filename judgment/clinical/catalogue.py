@@ -96,10 +96,11 @@ def _parse(texts: dict[str, str], digest: str) -> Catalogue:
     bands, spo2 = _danger_zone(vitals)
     measured = _measured(vitals, concepts, sources)
     heights = _heights(vitals, sources)
+    screen = _screen(vitals, sources)
     reading = ReadingRules(tuple((c.id, c.phrases) for c in concepts.values()), cues, terminators, pseudo,
                            spellings, speaker_tags, excluded)
     return Catalogue(str(index["version"]), digest, sources, concepts, reading, rules, resource_rules, bands, spo2,
-                     measured, heights)
+                     measured, heights, screen)
 
 
 def _keys(where: str, entry: Mapping[str, Any], allowed: set[str], required: set[str] = frozenset()) -> None:
@@ -289,6 +290,20 @@ def _measured(data: dict[str, Any], concepts: Mapping[str, Concept], sources: Ma
     return tuple(out)
 
 
+def _screen(data: dict[str, Any], sources: Mapping[str, str]) -> tuple[tuple[str, Range], ...]:
+    if "screen" not in data:
+        return ()
+    where = "vitals.yaml: screen"
+    _keys(where, data["screen"], {"source", "alarming"}, required={"source", "alarming"})
+    _sources(data["screen"], sources, where)
+    out = []
+    for vital, tests in data["screen"]["alarming"].items():
+        if vital not in VITALS:
+            raise CatalogueError(f"{where}: unknown vital {vital!r}")
+        out.extend((str(vital), parse_range(test, f"{where}: {vital}")) for test in tests)
+    return tuple(out)
+
+
 def _heights(data: dict[str, Any], sources: Mapping[str, str]) -> tuple[tuple[Range, float], ...]:
     if "height_for_age" not in data:
         return ()
@@ -303,7 +318,7 @@ def _heights(data: dict[str, Any], sources: Mapping[str, str]) -> tuple[tuple[Ra
 
 
 def _danger_zone(data: dict[str, Any]) -> tuple[tuple[DangerBand, ...], float]:
-    _keys("vitals.yaml", data, {"danger_zone", "measured", "height_for_age"}, required={"danger_zone"})
+    _keys("vitals.yaml", data, {"danger_zone", "screen", "measured", "height_for_age"}, required={"danger_zone"})
     zone = data["danger_zone"]
     _keys("vitals.yaml: danger_zone", zone, {"bands", "spo2_below", "source"}, required={"bands", "spo2_below"})
     bands = []

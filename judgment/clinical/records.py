@@ -105,6 +105,7 @@ class Catalogue:
     spo2_below: float
     measured: tuple[tuple[str, str, Range], ...] = ()  # (concept, vital, test): a reading that shows a finding
     heights: tuple[tuple[Range, float], ...] = ()  # (age band, typical height in metres)
+    screen_alarming: tuple[tuple[str, Range], ...] = ()  # (vital, test): a reading the intake screen counts
 
     def height_for_age(self, age: float) -> float:
         return next((metres for band, metres in self.heights if band(age)), 1.7)

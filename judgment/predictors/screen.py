@@ -46,7 +46,10 @@ def screen_score(transcript: str, catalogue: Catalogue | None = None) -> int:
     doc = reader_for(catalogue).read(transcript[:SCREEN_CHARS], pipes=SCREEN_PIPES)
     found = {m.label_ for m in mentions(doc) if m.label_ in weights}
     vitals = read_vitals(normalised_text(doc))
-    spo2, heart, resp = vitals.worst("spo2"), vitals.worst("heart_rate"), vitals.worst("resp_rate")
-    danger = (spo2 is not None and spo2 < catalogue.spo2_below) + (heart is not None and (heart >= 130 or heart <= 40))
-    danger += resp is not None and (resp >= 30 or resp <= 8)
-    return sum(weights[c] for c in found) + int(danger)
+    spo2 = vitals.worst("spo2")
+    alarming = {"spo2"} if spo2 is not None and spo2 < catalogue.spo2_below else set()
+    for vital, test in catalogue.screen_alarming:  # one point per alarming vital, however many of its tests hold
+        value = vitals.worst(vital)
+        if value is not None and test(value):
+            alarming.add(vital)
+    return sum(weights[c] for c in found) + len(alarming)

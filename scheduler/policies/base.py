@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from scheduler.config import SchedulerConfig, TierPolicy
+from scheduler.config import ESI_LEVELS, SchedulerConfig, TierPolicy
 from scheduler.cost import CostModel
 from scheduler.decision import Decision, KVUsage
 from scheduler.memory import EvictionHeap, KVMemory
@@ -89,7 +89,7 @@ class BaseScheduler:
     def reprioritise(self, request_id: str, level: int, tier: str | None = None) -> None:
         """A new level (a dispatcher override) and the tier that goes with it; ``tier`` None: the tier
         configured for the new level (its aging, reservation, preemption cap and targets follow the level)."""
-        if not 1 <= level <= 5:
+        if level not in ESI_LEVELS:
             raise ValueError("level must be an ESI level 1..5")
         self._control.append(("reprioritise", (request_id, level, tier or None)))
 

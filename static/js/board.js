@@ -5,11 +5,11 @@
 // events are ignored. The selected call's guidance comes from its own socket (ws/calls/<id>/).
 // Everything else on the page (actions) is plain forms posted by htmx.
 
-const ACTIVE = new Set(["received", "triaged", "queued", "prefilling", "decoding", "preempted"]);
-const STATUS_LABEL = {
-  received: "Received", triaged: "Triaged", queued: "Queued", prefilling: "Prefilling",
-  decoding: "Decoding", preempted: "Preempted", done: "Done", failed: "Failed", cancelled: "Cancelled",
-};
+// The statuses and their labels come from the server (triage/models.py, rendered into the page), never typed here.
+const VOCABULARY = JSON.parse(document.getElementById("board-vocabulary").textContent);
+const ACTIVE = new Set(VOCABULARY.active_statuses);
+const STATUS_LABEL = VOCABULARY.status_labels;
+const STATUS = VOCABULARY.statuses;  // the values by name: STATUS.DONE
 const MAX_QUEUE_ROWS = 200;
 const MAX_DONE_ROWS = 50;
 const TICK_MS = 500;
@@ -371,7 +371,7 @@ function openGuidance(id) {
       setGuidanceState("regenerating under the new protocol…");
     } else if (msg.type === "done") {
       g.done = true;
-      if (!g.offProtocol) setGuidanceState(msg.status === "done" ? "complete" : msg.status);
+      if (!g.offProtocol) setGuidanceState(msg.status === STATUS.DONE ? "complete" : msg.status);
     }
     text.classList.toggle("off-protocol", Boolean(g.offProtocol));
     root.dataset.guidanceIndex = String(g.lastIndex);

@@ -33,9 +33,9 @@ def role_groups(request: pytest.FixtureRequest) -> None:
 
 
 def clear_board_redis() -> None:
-    from triage.redis_clients import redis_client
+    from triage.redis_clients import redis_text_client
 
-    r = redis_client()
+    r = redis_text_client()
     for pattern in BOARD_REDIS_PATTERNS:
         keys = list(r.scan_iter(match=pattern, count=500))
         if keys:
@@ -45,17 +45,17 @@ def clear_board_redis() -> None:
 @pytest.fixture
 def board_redis() -> Iterator[object]:
     """The real Redis at REDIS_URL with the board's keys deleted by name before and after."""
-    from triage.redis_clients import redis_client
+    from triage.redis_clients import redis_text_client
 
     clear_board_redis()
-    yield redis_client()
+    yield redis_text_client()
     clear_board_redis()
 
 
 @pytest.fixture
 def manual_flush() -> Iterator[None]:
     """Stop the background publisher from flushing on its own: the test calls ``flush_dashboard``."""
-    from triage.realtime import publisher
+    from triage.board_feed import publisher
 
     before = publisher.interval_s
     publisher.interval_s = 3600

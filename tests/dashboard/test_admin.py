@@ -23,10 +23,10 @@ def staff_client(user: object) -> Client:
 @pytest.fixture
 def control_messages(settings: object):
     """Messages published on the control channel during the test (a real Redis subscription)."""
-    from triage.redis_clients import get_redis
+    from triage.redis_clients import redis_bytes_client
     from triage.streams import control_channel
 
-    pubsub = get_redis().pubsub()
+    pubsub = redis_bytes_client().pubsub()
     pubsub.subscribe(control_channel())
     pubsub.get_message(timeout=1)  # the subscribe confirmation
 

@@ -10,10 +10,11 @@ from channels.testing import WebsocketCommunicator
 
 from config.asgi import application
 from tests.dashboard.conftest import session_cookie
+from triage.board_feed import flush_dashboard
+from triage.contracts import BOARD_EVENTS, CALL_EVENTS, check_event
 from triage.models import CallStatus
 from triage.realtime import (
     STORM_THRESHOLD,
-    flush_dashboard,
     mark_calls_dirty,
     publish_call_done,
     publish_guidance_replaced,
@@ -24,11 +25,24 @@ from triage.realtime import (
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("board_redis", "redis_conn")]
 
 
+class SchemaCheckedCommunicator(WebsocketCommunicator):
+    """Holds every message the server sends to its event schema (``triage.contracts``), as the board expects."""
+
+    def __init__(self, path: str, headers: list[tuple[bytes, bytes]]) -> None:
+        super().__init__(application, path, headers=headers)
+        self.schema = BOARD_EVENTS if "/dashboard/" in path else CALL_EVENTS
+
+    async def receive_json_from(self, timeout: float = 1) -> dict:
+        message = await super().receive_json_from(timeout)
+        check_event(message, self.schema)
+        return message
+
+
 def communicator(path: str, cookie: str | None) -> WebsocketCommunicator:
     headers = [(b"origin", b"http://localhost"), (b"host", b"localhost")]
     if cookie:
         headers.append((b"cookie", f"sessionid={cookie}".encode()))
-    return WebsocketCommunicator(application, path, headers=headers)
+    return SchemaCheckedCommunicator(path, headers)
 
 
 async def receive_all(comm: WebsocketCommunicator, quiet_s: float = 0.4) -> list[dict]:
@@ -241,14 +255,14 @@ async def test_call_socket_replays_generated_tokens_then_streams_new_ones(make_c
 
 async def test_call_socket_fills_a_dropped_token_from_the_replay_log(make_call, dispatcher_cookie):
     from triage.realtime import token_stream_key
-    from triage.redis_clients import redis_client
+    from triage.redis_clients import redis_text_client
 
     call = await database_sync_to_async(make_call)(2, "decoding")
     comm = communicator(f"/ws/calls/{call.pk}/", dispatcher_cookie)
     await comm.connect()
     assert (await comm.receive_json_from(timeout=3))["text"] == ""
     # token 0 reaches the log but its group message is lost; token 1 arrives normally
-    await database_sync_to_async(lambda: redis_client().xadd(token_stream_key(call.pk), {"index": 0, "text": "Keep "}))()
+    await database_sync_to_async(lambda: redis_text_client().xadd(token_stream_key(call.pk), {"index": 0, "text": "Keep "}))()
     await database_sync_to_async(publish_tokens)([(call.pk, 1, "calm")])
     assert await comm.receive_json_from(timeout=3) == {"type": "token", "index": 1, "text": "Keep calm"}
     await comm.disconnect()

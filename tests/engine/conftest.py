@@ -12,7 +12,7 @@ import pytest
 from django.conf import settings as django_settings
 
 from tests.fixtures.services import REPO_ROOT, WorkerProcess, database_url_for_test_db
-from triage.redis_clients import get_redis
+from triage.redis_clients import redis_bytes_client
 
 
 @pytest.fixture
@@ -23,7 +23,7 @@ def isolated_stream(settings):
     settings.TRIAGE = {**django_settings.TRIAGE, "INFERENCE_STREAM": names["TRIAGE_INFERENCE_STREAM"],
                        "CONTROL_CHANNEL": names["TRIAGE_CONTROL_CHANNEL"]}
     yield names
-    get_redis().delete(names["TRIAGE_INFERENCE_STREAM"])
+    redis_bytes_client().delete(names["TRIAGE_INFERENCE_STREAM"])
 
 
 @pytest.fixture

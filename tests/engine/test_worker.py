@@ -16,8 +16,9 @@ from scheduler.config import SchedulerConfig
 from scheduler.cost import PRESETS
 from scheduler.policies import make_scheduler
 from triage import realtime
+from triage.contracts import Cancel, ConfigChanged, Regenerate
 from triage.models import Call, CallStatus, SchedulerSettings, TriageAssessment
-from triage.redis_clients import get_redis
+from triage.redis_clients import redis_bytes_client
 from triage.selectors.calls import guidance_plan
 from worker.inference_worker import InferenceWorker, WorkerOptions
 
@@ -33,7 +34,7 @@ TRANSCRIPTS = [
 
 @pytest.fixture
 def stream_names():
-    r = get_redis()
+    r = redis_bytes_client()
     suffix = uuid.uuid4().hex[:8]
     names = {"stream": f"test:inference:{suffix}", "control": f"test:control:{suffix}"}
     yield names
@@ -47,7 +48,7 @@ def make_worker(tiny_backend, stream_names):
     def make(consumer: str = "w1", claim_idle_ms: int = 30_000, max_new_tokens: int = 24) -> InferenceWorker:
         scheduler = make_scheduler(SchedulerConfig(policy="semantic", batch_size=8), PRESETS["a100-4b"])
         engine = tiny_backend.make_engine(scheduler, max_new_tokens=max_new_tokens)
-        worker = InferenceWorker(engine, get_redis(), WorkerOptions(
+        worker = InferenceWorker(engine, redis_bytes_client(), WorkerOptions(
             stream=stream_names["stream"], group="inference", consumer=consumer,
             control_channel=stream_names["control"], claim_idle_ms=claim_idle_ms, flush_interval_s=0.05,
         ))
@@ -70,12 +71,12 @@ def _calls(n: int, status: str = CallStatus.QUEUED) -> list[Call]:
                             transcript=TRANSCRIPTS[i % len(TRANSCRIPTS)], status=status, level=1 + i % 5)
         for i in range(n)
     ]
-    get_redis().delete(*[realtime.token_stream_key(c.pk) for c in calls])
+    redis_bytes_client().delete(*[realtime.token_stream_key(c.pk) for c in calls])
     return calls
 
 
 def _enqueue(stream: str, calls: list[Call]) -> list[str]:
-    r = get_redis()
+    r = redis_bytes_client()
     return [
         r.xadd(stream, {"call_id": c.pk, "level": c.level, "predicted_output_tokens": 24,
                         "enqueued_at": f"{time.time():.6f}"})
@@ -104,7 +105,7 @@ def test_calls_from_the_stream_are_generated_stored_streamed_and_acknowledged(ma
     worker.start()
     _enqueue(stream_names["stream"], calls)
     _run_until(worker, lambda: _all_final(calls))
-    r = get_redis()
+    r = redis_bytes_client()
     for c in calls:
         c.refresh_from_db()
         assert c.status == CallStatus.DONE and c.output_tokens > 0 and c.guidance
@@ -120,7 +121,7 @@ def test_entries_left_pending_by_a_dead_worker_are_reclaimed_and_none_is_generat
     worker = make_worker(consumer="dead")
     worker.ensure_group()
     _enqueue(stream_names["stream"], calls + [already_done])
-    r = get_redis()
+    r = redis_bytes_client()
     r.xreadgroup("inference", "dead", {stream_names["stream"]: ">"}, count=10)  # read, then the worker "dies"
     assert r.xpending(stream_names["stream"], "inference")["pending"] == 4
 
@@ -143,10 +144,10 @@ def test_a_cancelled_call_stops_generating_and_its_entry_is_acknowledged(make_wo
     time.sleep(0.3)
     victim = calls[1]
     Call.objects.filter(pk=victim.pk).update(status=CallStatus.CANCELLED)  # what call_cancel did in the web
-    worker.handle_control({"kind": "cancel", "call_id": victim.pk})
+    worker.handle_control(Cancel(call_id=victim.pk))
     _run_until(worker, lambda: _all_final(calls))
     assert Call.objects.get(pk=victim.pk).status == CallStatus.CANCELLED
-    assert get_redis().xpending(stream_names["stream"], "inference")["pending"] == 0
+    assert redis_bytes_client().xpending(stream_names["stream"], "inference")["pending"] == 0
 
 
 def _assess(call: Call, protocol: str) -> None:
@@ -173,11 +174,11 @@ def test_a_protocol_switch_generates_the_call_again_under_its_new_protocol(make_
             worker._record(worker.engine.step())  # finished in the engine, not flushed
     TriageAssessment.objects.filter(call=call).update(protocol="choking", protocol_family="cardiorespiratory")
     Call.objects.filter(pk=call.pk).update(guidance_generation=1)  # what call_switch_protocol did in the web
-    worker.handle_control({"kind": "regenerate", "call_id": call.pk})
+    worker.handle_control(Regenerate(call_id=call.pk))
     _run_until(worker, lambda: _all_final([call]))
     call.refresh_from_db()
     assert (call.status, call.guidance_protocol, call.guidance_band) == (CallStatus.DONE, "choking", "1-2")
-    assert get_redis().xpending(stream_names["stream"], "inference")["pending"] == 0
+    assert redis_bytes_client().xpending(stream_names["stream"], "inference")["pending"] == 0
 
 
 def _scrape(url: str) -> dict[tuple[str, tuple], float]:
@@ -264,7 +265,7 @@ def test_a_database_outage_neither_stops_the_intake_nor_loses_results(make_worke
     worker.request_stop()
     thread.join(30)
     assert worker._threads[0].is_alive() or worker.stopped.is_set()
-    assert get_redis().xpending(stream_names["stream"], "inference")["pending"] == 0
+    assert redis_bytes_client().xpending(stream_names["stream"], "inference")["pending"] == 0
 
 
 def test_a_call_re_enqueued_after_a_stray_entry_is_generated_and_both_entries_acknowledged(make_worker, stream_names):
@@ -284,7 +285,7 @@ def test_a_call_re_enqueued_after_a_stray_entry_is_generated_and_both_entries_ac
     assert _wait(lambda: _all_final([call]))
     worker.request_stop()
     thread.join(30)
-    assert get_redis().xpending(stream_names["stream"], "inference")["pending"] == 0
+    assert redis_bytes_client().xpending(stream_names["stream"], "inference")["pending"] == 0
 
 
 def test_a_call_is_admitted_at_its_current_level_not_the_one_in_its_stream_entry(make_worker, stream_names):
@@ -306,7 +307,7 @@ def test_an_entry_left_by_another_database_generates_the_call_its_id_now_names(m
     another call's prompt, level and arrival: the worker generates call N as the database has it."""
     [call] = _calls(1)
     Call.objects.filter(pk=call.pk).update(level=2)
-    get_redis().xadd(stream_names["stream"], {
+    redis_bytes_client().xadd(stream_names["stream"], {
         "call_id": call.pk, "level": 5, "predicted_output_tokens": 24, "enqueued_at": "1000.0", "accepted_at": "1000.0",
     })
     worker = make_worker()
@@ -327,7 +328,7 @@ def test_a_policy_change_in_the_settings_takes_over_the_running_calls(make_worke
     thread = _run_in_background(worker)
     assert _wait(lambda: worker.stats["tokens"] >= 4)
     SchedulerSettings.objects.filter(pk=SchedulerSettings.load().pk).update(policy="fcfs")
-    worker.handle_control({"kind": "config"})
+    worker.handle_control(ConfigChanged(version=0))
     assert _wait(lambda: worker.engine.scheduler.name == "fcfs", 10)
     assert not _all_final(calls)  # the switch happened with calls in flight
     assert _wait(lambda: _all_final(calls))
@@ -336,7 +337,7 @@ def test_a_policy_change_in_the_settings_takes_over_the_running_calls(make_worke
     for c in calls:
         c.refresh_from_db()
         assert c.status == CallStatus.DONE and c.audit_events.filter(action="call.done").count() == 1
-    assert get_redis().xpending(stream_names["stream"], "inference")["pending"] == 0
+    assert redis_bytes_client().xpending(stream_names["stream"], "inference")["pending"] == 0
 
 
 def test_redis_restarted_empty_under_a_running_worker_loses_no_call(make_worker, stream_names):
@@ -348,7 +349,7 @@ def test_redis_restarted_empty_under_a_running_worker_loses_no_call(make_worker,
     _enqueue(stream_names["stream"], [first])
     thread = _run_in_background(worker)
     assert _wait(lambda: _all_final([first]))
-    r = get_redis()
+    r = redis_bytes_client()
     r.delete(stream_names["stream"], f"{stream_names['stream']}:complete")  # the restart, as the worker sees it
     assert _wait(lambda: _all_final(lost)), [c.status for c in Call.objects.filter(pk__in=[c.pk for c in lost])]
     [later] = _calls(1)
@@ -362,7 +363,7 @@ def test_redis_restarted_empty_under_a_running_worker_loses_no_call(make_worker,
 
 def test_a_malformed_entry_is_acknowledged_and_neither_stops_the_intake_nor_a_restart(make_worker, stream_names):
     calls = _calls(2)
-    r = get_redis()
+    r = redis_bytes_client()
     dead = make_worker(consumer="dead")
     dead.ensure_group()
     r.xadd(stream_names["stream"], {"call_id": "not-a-number"})
@@ -405,7 +406,7 @@ def test_a_model_failure_on_a_batch_generates_its_calls_again_without_stopping_t
         c.refresh_from_db()
         assert c.status == CallStatus.DONE and c.guidance
     assert worker.stats["generation_errors"] >= 1
-    assert get_redis().xpending(stream_names["stream"], "inference")["pending"] == 0
+    assert redis_bytes_client().xpending(stream_names["stream"], "inference")["pending"] == 0
 
 
 def test_a_call_the_model_keeps_failing_on_is_failed_with_its_reason_and_the_worker_goes_on(make_worker, stream_names):
@@ -426,4 +427,4 @@ def test_a_call_the_model_keeps_failing_on_is_failed_with_its_reason_and_the_wor
     assert _wait(lambda: _all_final([later]))
     worker.request_stop()
     thread.join(30)
-    assert get_redis().xpending(stream_names["stream"], "inference")["pending"] == 0
+    assert redis_bytes_client().xpending(stream_names["stream"], "inference")["pending"] == 0

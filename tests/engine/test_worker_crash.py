@@ -21,7 +21,7 @@ from tests.engine.worker_calls import TRANSCRIPTS, burst, statuses
 from tests.fixtures.services import WorkerProcess
 from triage import realtime
 from triage.models import ALLOWED_TRANSITIONS, Call, CallStatus
-from triage.redis_clients import get_redis
+from triage.redis_clients import redis_bytes_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -47,7 +47,7 @@ def _wait_for(predicate, timeout_s: float, what: str, worker: WorkerProcess, ste
 
 
 def _token_log(call_id: int) -> list[tuple[str, dict[str, str]]]:
-    return realtime.redis_client().xrange(realtime.token_stream_key(call_id))
+    return realtime.redis_text_client().xrange(realtime.token_stream_key(call_id))
 
 
 def _taken_over(log: str) -> int:
@@ -72,7 +72,7 @@ def test_sigkill_mid_burst_then_restart_loses_no_call_and_regenerates_none_alrea
 ):
     consumer, restart_args = RESTARTS[restart]
     stream = isolated_stream["TRIAGE_INFERENCE_STREAM"]
-    r = get_redis()
+    r = redis_bytes_client()
     ids = burst(BURST, monkeypatch)
     entries = r.xrange(stream)
     assert sorted(int(f[b"call_id"]) for _, f in entries) == sorted(ids)  # one entry per call, on the stream
@@ -138,7 +138,7 @@ def test_a_live_workers_entries_are_not_taken_over_by_a_peer_but_a_dead_ones_are
 
     def worker(consumer: str) -> InferenceWorker:
         engine = tiny_backend.make_engine(make_scheduler(SchedulerConfig(), PRESETS["a100-4b"]), max_new_tokens=8)
-        return InferenceWorker(engine, get_redis(), WorkerOptions(
+        return InferenceWorker(engine, redis_bytes_client(), WorkerOptions(
             stream=isolated_stream["TRIAGE_INFERENCE_STREAM"], group=GROUP, consumer=consumer,
             control_channel=isolated_stream["TRIAGE_CONTROL_CHANNEL"], claim_idle_ms=600,
         ))
@@ -150,7 +150,7 @@ def test_a_live_workers_entries_are_not_taken_over_by_a_peer_but_a_dead_ones_are
     ]
     live, peer = worker("live"), worker("peer")
     live.start()  # reads and heartbeats; its engine loop is not run, so the calls stay in flight
-    r = get_redis()
+    r = redis_bytes_client()
     for call in calls:
         r.xadd(isolated_stream["TRIAGE_INFERENCE_STREAM"], _entry_fields(call))
     deadline = time.monotonic() + 5

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from triage import realtime
 from triage.models import Call
-from triage.redis_clients import get_redis
+from triage.redis_clients import redis_bytes_client
 
 TRANSCRIPTS = [
     "My husband just collapsed in the kitchen, he is not breathing and I cannot wake him.",
@@ -55,7 +55,7 @@ def burst(n: int, monkeypatch, predicted_output_tokens: int = 32) -> list[int]: 
         predictions.append(FixedPrediction(esi=esi, probabilities=probabilities, predicted_output_tokens=predicted_output_tokens))
     calls_triage_record(calls=created, predictions=predictions, model_version="test", latency_ms=1.0)
     ids = [c.pk for c in created]
-    get_redis().delete(*[realtime.token_stream_key(i) for i in ids])
+    redis_bytes_client().delete(*[realtime.token_stream_key(i) for i in ids])
     return ids
 
 

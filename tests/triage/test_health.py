@@ -4,7 +4,7 @@ import pytest
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.test import Client
 
-from triage.redis_clients import get_redis
+from triage.redis_clients import redis_bytes_client
 
 
 @pytest.fixture
@@ -41,7 +41,7 @@ def test_readiness_turns_unready_when_the_database_is_down(probe):
         connection.close()
         connection.settings_dict["PORT"] = port
     assert response.status_code == 503 and response.json()["problems"] == ["database: OperationalError"]
-    assert get_redis().ping()
+    assert redis_bytes_client().ping()
 
 
 def _compose() -> dict:
@@ -102,17 +102,17 @@ def test_beat_is_alive_while_the_sweep_it_schedules_has_run_recently(probe, sett
     """Beat's healthcheck (`manage.py sweep_alive`) and /readyz read the key each finished sweep writes."""
     from django.core.management import CommandError, call_command
 
-    from triage.redis_clients import SWEEP_LAST_AT_KEY, redis_client
+    from triage.redis_clients import SWEEP_LAST_AT_KEY, redis_text_client
     from triage.tasks import sweep_stuck_calls
 
-    redis_client().delete(SWEEP_LAST_AT_KEY)
+    redis_text_client().delete(SWEEP_LAST_AT_KEY)
     with pytest.raises(CommandError, match="last ran never"):
         call_command("sweep_alive")
     assert probe.get("/readyz").json()["sweep"] == {"state": "unknown", "last_age_s": None}
     sweep_stuck_calls.apply()
     call_command("sweep_alive")  # exits 0
     assert probe.get("/readyz").json()["sweep"]["state"] == "ok"
-    redis_client().set(SWEEP_LAST_AT_KEY, "0")  # the last sweep long ago: beat has stopped
+    redis_text_client().set(SWEEP_LAST_AT_KEY, "0")  # the last sweep long ago: beat has stopped
     with pytest.raises(CommandError, match="limit 60 s"):
         call_command("sweep_alive")
     assert probe.get("/readyz").json()["sweep"]["state"] == "stale" and probe.get("/readyz").status_code == 200

@@ -10,6 +10,7 @@ from conftest import scheduler_of
 from vllm import SamplingParams
 
 from inference.backends.vllm_scheduler import pack_key
+from scheduler.call_params import CallParams
 
 PROMPT = "Call: my husband collapsed and is not breathing\nGuidance:"
 LOW_TOKENS = 120
@@ -22,9 +23,14 @@ class Run:
     steps: int = 0
 
 
-def params(level: int, tokens: int, **xargs: float) -> SamplingParams:
-    extra = {"triage_level": level, "triage_predicted_tokens": tokens, **xargs}
-    return SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True, extra_args=extra)
+def params(level: int, tokens: int, **values: float) -> SamplingParams:
+    """What the pool sends: the call's values as ``vllm_xargs`` (``CallParams``, accepted now by default)."""
+    call = CallParams(level=level, predicted_tokens=tokens, **{"accepted_at": time.time(), **values})
+    return SamplingParams(temperature=0.0, max_tokens=tokens, ignore_eos=True, extra_args=call.to_extra_args())
+
+
+def level_of(sampling: SamplingParams) -> int:
+    return CallParams.from_extra_args(sampling.extra_args, priority=None, now=0.0).level
 
 
 def run(engine, arrivals: dict[int, list[tuple[str, str, SamplingParams]]]) -> Run:  # noqa: ANN001
@@ -32,7 +38,7 @@ def run(engine, arrivals: dict[int, list[tuple[str, str, SamplingParams]]]) -> R
     result = Run()
     while engine.has_unfinished_requests() or any(step >= result.steps for step in arrivals):
         for request_id, prompt, sampling in arrivals.get(result.steps, []):
-            engine.add_request(request_id, prompt, sampling, priority=int(sampling.extra_args["triage_level"]))
+            engine.add_request(request_id, prompt, sampling, priority=level_of(sampling))
         outputs = engine.step()
         result.steps += 1
         for o in outputs:
@@ -71,18 +77,18 @@ def test_every_preempted_request_completes_with_the_text_it_produces_alone(seman
 
 
 def test_a_request_at_its_preemption_cap_keeps_its_slot(semantic_engine):
-    capped = run(semantic_engine, full_batch_then_urgent("capped", triage_max_preemptions=0))
+    capped = run(semantic_engine, full_batch_then_urgent("capped", max_preemptions=0))
     assert capped.first_token_step["capped-urgent"] - 5 > 50
 
 
 def test_with_preempt_on_arrival_off_an_urgent_request_waits_for_a_free_slot(semantic_engine):
-    waits = run(semantic_engine, full_batch_then_urgent("off", urgent_xargs={"triage_preempt_on_arrival": False}))
+    waits = run(semantic_engine, full_batch_then_urgent("off", urgent_xargs={"preempt_on_arrival": False}))
     assert waits.first_token_step["off-urgent"] - 5 > 50
 
 
 def test_limited_preemption_protects_running_requests_past_c_times_their_predicted_length(semantic_engine):
     # each ESI-5 request has generated more than 0.01 x its 120 predicted tokens by step 5
-    limited = run(semantic_engine, full_batch_then_urgent("limited", triage_limited_c=0.01))
+    limited = run(semantic_engine, full_batch_then_urgent("limited", limited_c=0.01))
     assert limited.first_token_step["limited-urgent"] - 5 > 50
 
 
@@ -96,9 +102,9 @@ def test_an_aged_request_overtakes_a_fresher_more_urgent_one_only_once_its_steps
         1: [("fresh-esi3", PROMPT, params(3, 10)),
             # accepted 10 s ago, one level per second down to ESI 2: it runs as ESI 2, before the fresh ESI 3,
             # and displaces the running ESI 3
-            ("aged-esi5", PROMPT, params(5, 10, triage_accepted_at=now - 10.0, triage_aging_step_s=1.0,
-                                         triage_aging_ceiling=2)),
-            ("young-esi5", PROMPT, params(5, 10, triage_accepted_at=now, triage_aging_step_s=3600.0))],
+            ("aged-esi5", PROMPT, params(5, 10, accepted_at=now - 10.0, aging_step_s=1.0,
+                                         aging_ceiling=2)),
+            ("young-esi5", PROMPT, params(5, 10, accepted_at=now, aging_step_s=3600.0))],
     }
     result = run(engine, arrivals)
     order = sorted(result.first_token_step, key=result.first_token_step.get)

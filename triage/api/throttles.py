@@ -17,7 +17,7 @@ from rest_framework.settings import api_settings
 from rest_framework.throttling import BaseThrottle
 
 from triage.models import ApiClient
-from triage.redis_clients import get_redis
+from triage.redis_clients import redis_bytes_client
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class ApiClientRateThrottle(BaseThrottle):
         now = time.time()
         key = f"triage:throttle:{self.scope}:{client.pk}:{int(now // period_s)}"
         try:
-            pipe = get_redis().pipeline(transaction=False)
+            pipe = redis_bytes_client().pipeline(transaction=False)
             pipe.incr(key)
             pipe.expire(key, period_s + 1)
             count = pipe.execute()[0]

@@ -32,7 +32,7 @@ def call_list(
     levels: Iterable[int] | None = None,
     since: datetime | None = None,
 ) -> QuerySet[Call]:
-    """Calls, newest first, filtered by status, effective ESI level (override included) and ``received_at >= since``."""
+    """Calls, newest first, filtered by status, level (the dispatcher's override included) and ``received_at >= since``."""
     calls = _visible_calls(client)
     if statuses:
         calls = calls.filter(status__in=list(statuses))

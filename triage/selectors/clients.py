@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hmac
 
+from triage.api_tokens import token_hash, token_split
 from triage.models import ApiClient
-from triage.services.clients import token_hash, token_split
 
 
 def api_client_for_token(token: str) -> ApiClient | None:

@@ -26,7 +26,8 @@ from typing import Any
 from django.conf import settings
 from redis import asyncio as aioredis
 
-from triage.models import FINAL_STATUSES, Call
+from triage.contracts import done_event, guidance_event, replay_event, restart_event, token_event
+from triage.models import FINAL_STATUSES, Call, CallStatus
 from triage.realtime import token_replay_from_entries, token_stream_key
 
 STREAM_ID = re.compile(r"\d{1,20}-\d{1,20}")
@@ -36,9 +37,16 @@ XREAD_COUNT = 500
 
 @dataclass(frozen=True)
 class GuidanceEvent:
+    """One server-sent event: a call event of ``triage.contracts`` (its type as the SSE event name)."""
+
     event: str
     data: dict[str, Any] = field(default_factory=dict)
     id: str | None = None  # the replay-log entry it comes from; None for one made from the database
+
+    @classmethod
+    def of(cls, call_event: dict[str, Any], id: str | None = None) -> GuidanceEvent:  # noqa: A002 - SSE's name
+        data = dict(call_event)
+        return cls(data.pop("type"), data, id=id)
 
 
 async def _final_call(call_id: int) -> Call | None:
@@ -52,9 +60,9 @@ async def _final_call(call_id: int) -> Call | None:
 def _from_database(call: Call) -> list[GuidanceEvent]:
     # The replay log has expired (TOKEN_STREAM_TTL_S) or never existed: Call.guidance is the record.
     return [
-        GuidanceEvent("replay", {"text": call.guidance, "index": -1, "done": True,
-                                 "off_protocol": call.off_protocol_sentences > 0}),
-        GuidanceEvent("done", {"status": call.status}),
+        GuidanceEvent.of(replay_event(text=call.guidance, index=-1, done=True,
+                                      off_protocol=call.off_protocol_sentences > 0)),
+        GuidanceEvent.of(done_event(call.status)),
     ]
 
 
@@ -82,10 +90,10 @@ async def call_guidance_events(
                     yield event
                 return
         if after_id is None:
-            yield GuidanceEvent("replay", {"text": state.text, "index": state.last_index, "done": state.done,
-                                           "off_protocol": state.off_protocol}, id=cursor)
+            yield GuidanceEvent.of(replay_event(text=state.text, index=state.last_index, done=state.done,
+                                                off_protocol=state.off_protocol), id=cursor)
             if state.done:
-                yield GuidanceEvent("done", {"status": state.status}, id=cursor)
+                yield GuidanceEvent.of(done_event(state.status), id=cursor)
                 return
         last_index, replaced = state.last_index, state.off_protocol
         drained = False
@@ -96,24 +104,24 @@ async def call_guidance_events(
                 cursor = entry_id
                 if "restart" in fields:
                     last_index, replaced = -1, False
-                    yield GuidanceEvent("restart", {}, id=entry_id)
+                    yield GuidanceEvent.of(restart_event(), id=entry_id)
                 elif "replace" in fields:
                     replaced = True
-                    yield GuidanceEvent("guidance", {"text": fields["replace"], "off_protocol": True}, id=entry_id)
+                    yield GuidanceEvent.of(guidance_event(fields["replace"]), id=entry_id)
                 elif "done" in fields:
-                    yield GuidanceEvent("done", {"status": fields.get("status") or "done"}, id=entry_id)
+                    yield GuidanceEvent.of(done_event(fields.get("status") or CallStatus.DONE), id=entry_id)
                     return
                 elif (index := int(fields.get("index", -1))) > last_index:
                     # a lower or equal index was sent already (a resent token); after a replacement the
                     # protocol's text stands and the model's tokens are not shown
                     last_index = index
                     if not replaced:
-                        yield GuidanceEvent("token", {"index": index, "text": fields.get("text", "")}, id=entry_id)
+                        yield GuidanceEvent.of(token_event(index=index, text=fields.get("text", "")), id=entry_id)
             if batch:
                 continue
             if drained:
                 # Ended without a done entry, and nothing more came after one last non-blocking read.
-                yield GuidanceEvent("done", {"status": call.status})
+                yield GuidanceEvent.of(done_event(call.status))
                 return
             call = await _final_call(call_id)
             if call is not None:

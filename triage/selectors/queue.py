@@ -21,22 +21,21 @@ from scheduler.metrics import meets_slo, percentile, slo_attainment, slo_targets
 from scheduler.policies.aging import effective_level, level_changes
 from triage.models import (
     ACTIVE_STATUSES,
+    TO_CLOSE_STATUSES,
     AuditEvent,
     Call,
     CallStatus,
     Tier,
     TriageAssessment,
 )
-from triage.redis_clients import ENGINE_METRICS_KEY, ENGINE_METRICS_STALE_S, redis_client
+from triage.redis_clients import ENGINE_METRICS_KEY, ENGINE_METRICS_STALE_S, redis_text_client
 from triage.selectors.scheduler import scheduler_config_load
 
 METRICS_WINDOW_S = 600  # the sliding window for waiting-time percentiles and SLO attainment
 PREEMPTION_WINDOW_S = 60
 SUMMARY_CHARS = 160
 
-LIVE_FILTER = Q(status__in=ACTIVE_STATUSES) | Q(
-    status__in=(CallStatus.DONE, CallStatus.FAILED), closed_at__isnull=True
-)
+LIVE_FILTER = Q(status__in=ACTIVE_STATUSES) | Q(status__in=TO_CLOSE_STATUSES, closed_at__isnull=True)
 
 
 def live_calls() -> QuerySet[Call]:
@@ -46,7 +45,13 @@ def live_calls() -> QuerySet[Call]:
 def is_live(call: Call) -> bool:
     if call.status in ACTIVE_STATUSES:
         return True
-    return call.status in (CallStatus.DONE, CallStatus.FAILED) and call.closed_at is None
+    return call.status in TO_CLOSE_STATUSES and call.closed_at is None
+
+
+def board_vocabulary() -> dict:
+    """The domain's words the board's script needs (rendered into the page, so the script types none of them)."""
+    return {"statuses": {status.name: status.value for status in CallStatus}, "active_statuses": list(ACTIVE_STATUSES),
+            "status_labels": dict(CallStatus.choices)}
 
 
 def _iso(value: dt.datetime | None) -> str | None:
@@ -212,7 +217,7 @@ def _round(value: float | None, digits: int = 3) -> float | None:
 
 def engine_metrics() -> dict:
     """What the inference worker last wrote to ``triage:engine:metrics`` (empty when stale or absent)."""
-    raw = redis_client().hgetall(ENGINE_METRICS_KEY)
+    raw = redis_text_client().hgetall(ENGINE_METRICS_KEY)
     if not raw:
         return {}
     try:

@@ -12,7 +12,7 @@ from triage.models import SchedulerSettings, Tier
 
 def scheduler_config_load(*, base: SchedulerConfig | None = None) -> SchedulerConfig:
     """The SchedulerSettings row and the tiers over ``base`` (the scheduler's defaults when None)."""
-    s = SchedulerSettings.load()
+    s = SchedulerSettings.current()
     tiers = {t.name: t.policy() for t in Tier.objects.all()}
     base = base or SchedulerConfig()
     return base.with_changes(
@@ -21,3 +21,8 @@ def scheduler_config_load(*, base: SchedulerConfig | None = None) -> SchedulerCo
         limited_preemption_c=s.limited_preemption_c, aging_enabled=s.aging_enabled, stage_merge=s.stage_merge,
         lower_prefill_share=s.lower_prefill_share, eviction=s.eviction, tiers=tiers or base.tiers,
     )
+
+
+def guard_similarity_threshold_load() -> float | None:
+    """The stream guard's mode from the settings: None is strict (the protocol's own sentences only)."""
+    return SchedulerSettings.current().guard_similarity_threshold

@@ -24,8 +24,19 @@ from django.utils import timezone
 
 from judgment.predictors.protocol import ProtocolChoice
 from judgment.protocols import ProtocolLibrary, load_library
+from scheduler.config import tier_claiming
+from triage.contracts import StreamEntry
 from triage.metrics import calls_triaged
-from triage.models import ESI_LEVELS, AuditEvent, Call, CallStatus, DecisionPoint, Tier, TriageAssessment
+from triage.models import (
+    ESI_LEVELS,
+    AuditAction,
+    AuditEvent,
+    Call,
+    CallStatus,
+    DecisionPoint,
+    Tier,
+    TriageAssessment,
+)
 from triage.realtime import call_changed_on_commit
 from triage.streams import stream_append_many
 
@@ -55,11 +66,8 @@ class Prediction(Protocol):
 
 
 def tier_for_level(level: int, tiers: Iterable[Tier] | None = None) -> Tier | None:
-    """The first tier (by sort order) whose ESI levels include ``level``; None when no tier claims it."""
-    for tier in tiers if tiers is not None else Tier.objects.all():
-        if level in (tier.esi_levels or []):
-            return tier
-    return None
+    """The tier that claims ``level`` (``scheduler.config.tier_claiming``, over the tiers in sort order)."""
+    return tier_claiming(level, tiers if tiers is not None else Tier.objects.all(), lambda tier: tier.esi_levels or [])
 
 
 def _check_prediction(call: Call, prediction: Prediction) -> None:
@@ -153,7 +161,7 @@ def _triaged_audit(
     call: Call, prediction: Prediction, model_version: str, catalogue_version: str, actor: Actor
 ) -> AuditEvent:
     return audit_event_build(
-        action="call.triaged",
+        action=AuditAction.CALL_TRIAGED,
         actor=actor,
         call=call,
         from_status=CallStatus.RECEIVED,
@@ -207,7 +215,7 @@ def calls_enqueue(*, call_ids: Sequence[int], actor: Actor = SYSTEM_TRIAGE) -> l
             changed.update(call_transition_unsaved(call, CallStatus.QUEUED, now=now))
             audits.append(
                 audit_event_build(
-                    action="call.queued", actor=actor, call=call,
+                    action=AuditAction.CALL_QUEUED, actor=actor, call=call,
                     from_status=CallStatus.TRIAGED, to_status=CallStatus.QUEUED,
                 )
             )
@@ -226,17 +234,10 @@ def calls_enqueue_or_leave_for_sweep(*, call_ids: Sequence[int]) -> list[Call]:
         return []
 
 
-def inference_entry(call: Call, *, enqueued_at: float) -> dict[str, str | int | float]:
-    """One inference-stream entry: which call is ready, and what the scheduler may use until the worker has read
-    the call from the database (its level and predicted length). What to generate (prompt, plan, tier) is read
-    from the database, never from the entry. Times are Unix seconds: ``accepted_at`` when the intake stored the
-    call (the scheduler's arrival: FCFS order and aging count from it), ``enqueued_at`` when it entered this
-    stream."""
+def inference_entry(call: Call, *, enqueued_at: float) -> StreamEntry:
+    """The call's inference-stream entry: its level and predicted length stand in until the worker reads the call."""
     assessment = getattr(call, "assessment", None)  # a call put back from the database may lack one
-    return {
-        "call_id": call.pk,
-        "level": call.level or 3,
-        "predicted_output_tokens": assessment.predicted_output_tokens if assessment is not None else 64,
-        "enqueued_at": f"{enqueued_at:.6f}",
-        "accepted_at": f"{call.created_at.timestamp():.6f}",
-    }
+    values = {"level": call.level} if call.level else {}
+    if assessment is not None:
+        values["predicted_output_tokens"] = assessment.predicted_output_tokens
+    return StreamEntry(call_id=call.pk, enqueued_at=enqueued_at, accepted_at=call.created_at.timestamp(), **values)

@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from enum import StrEnum
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 
-from triage.models import ApiClient, AuditEvent, Call
+from triage.models import ApiClient, AuditAction, AuditEvent, Call
 
 # An actor is a user, an API client, or a process named "system:<process>".
 Actor = AbstractBaseUser | ApiClient | str
 
-SYSTEM_TRIAGE = "system:triage"
+
+class SystemActor(StrEnum):
+    """The processes that change calls or settings on their own account."""
+
+    INTAKE = "system:intake"  # a call accepted without a client (tests, the demo's own calls)
+    TRIAGE = "system:triage"  # the Celery triage tasks
+    INFERENCE = "system:inference"  # the inference worker's status changes
+    CLI = "system:cli"  # management commands and the shell
+    MANAGE = "system:manage.py"  # create_api_client
+
+
+SYSTEM_TRIAGE = SystemActor.TRIAGE
 
 
 def actor_label(actor: Actor) -> str:
@@ -29,7 +41,7 @@ def actor_user(actor: Actor) -> Any:
 
 def audit_event_build(
     *,
-    action: str,
+    action: AuditAction,
     actor: Actor,
     call: Call | None = None,
     from_status: str = "",

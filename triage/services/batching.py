@@ -67,7 +67,7 @@ def call_triage_micro_batch(*, call_id: int, predictor: Predictor) -> BatchOutco
     Draining is what makes the coalesced publish of ``send_triage_task`` safe: this task also stands for the
     calls whose publish it absorbed. Safe to run twice, and beside other workers (``SKIP LOCKED``)."""
     outcome = BatchOutcome()
-    scheduler_settings = SchedulerSettings.load()
+    scheduler_settings = SchedulerSettings.current()
     status = Call.objects.filter(pk=call_id).values_list("status", flat=True).first()
     if status == CallStatus.TRIAGED:  # a retry after the enqueue step failed
         calls_enqueue_or_leave_for_sweep(call_ids=[call_id])

@@ -9,7 +9,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from triage.models import FINAL_STATUSES, Call
+from triage.models import FINAL_STATUSES, AuditAction, Call
 from triage.realtime import call_changed_on_commit
 from triage.roles import is_dispatcher
 
@@ -34,7 +34,7 @@ def call_acknowledge(*, call: Call, user: object) -> Call:
         locked.acknowledged_at = timezone.now()
         locked.acknowledged_by = user
         locked.save(update_fields=["acknowledged_at", "acknowledged_by"])
-        audit_record(action="call.acknowledged", actor=user, call=locked, data={})
+        audit_record(action=AuditAction.CALL_ACKNOWLEDGED, actor=user, call=locked, data={})
         call_changed_on_commit(locked.pk)
     return locked
 
@@ -63,6 +63,6 @@ def call_close(*, call: Call, user: object, outcome: str) -> Call:
         locked.closed_at = timezone.now()
         locked.outcome = outcome
         locked.save(update_fields=["closed_at", "outcome"])
-        audit_record(action="call.closed", actor=user, call=locked, data={"outcome": outcome})
+        audit_record(action=AuditAction.CALL_CLOSED, actor=user, call=locked, data={"outcome": outcome})
         call_changed_on_commit(locked.pk)
     return locked

@@ -10,12 +10,20 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from triage.contracts import Cancel
 from triage.metrics import call_accepted
-from triage.models import ALLOWED_TRANSITIONS, STATUS_TIMESTAMP_FIELD, ApiClient, Call, CallStatus
+from triage.models import (
+    ALLOWED_TRANSITIONS,
+    STATUS_TIMESTAMP_FIELD,
+    ApiClient,
+    AuditAction,
+    Call,
+    CallStatus,
+)
 from triage.realtime import call_changed_on_commit
 from triage.streams import control_publish_on_commit
 
-from .audit import Actor, audit_record
+from .audit import Actor, SystemActor, audit_record
 from .dispatch import send_triage_task
 from .errors import InvalidTransition
 from .webhooks import calls_webhook_on_commit
@@ -62,8 +70,8 @@ def call_create(
         with transaction.atomic():
             call.save(force_insert=True)
             audit_record(
-                action="call.created",
-                actor=actor or client or "system:intake",
+                action=AuditAction.CALL_CREATED,
+                actor=actor or client or SystemActor.INTAKE,
                 call=call,
                 to_status=CallStatus.RECEIVED,
                 data={"external_id": external_id},
@@ -131,7 +139,7 @@ def call_transition(
             setattr(locked, name, value)
         locked.save(update_fields=[*changed, *extra])
         audit_record(
-            action=f"call.{to_status}",
+            action=AuditAction.entered(to_status),
             actor=actor,
             call=locked,
             from_status=from_status,
@@ -153,5 +161,5 @@ def call_cancel(*, call: Call, actor: Actor, reason: str = "") -> Call:
         cancelled = call_transition(
             call=call, to_status=CallStatus.CANCELLED, actor=actor, data={"reason": reason} if reason else None
         )
-        control_publish_on_commit({"kind": "cancel", "call_id": cancelled.pk})
+        control_publish_on_commit(Cancel(call_id=cancelled.pk))
     return cancelled

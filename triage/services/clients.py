@@ -6,7 +6,6 @@ Token format ``trg_<prefix>_<secret>``: the 8-hex-digit prefix finds the row (un
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -15,13 +14,13 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from triage.models import ApiClient
+from triage.api_tokens import TOKEN_PREFIX, token_hash
+from triage.models import ApiClient, AuditAction
 
-from .audit import Actor, audit_record
+from .audit import Actor, SystemActor, audit_record
 from .errors import Conflict, field_error
 from .webhooks import webhook_secret_new, webhook_url_clean
 
-TOKEN_PREFIX = "trg"
 THROTTLE_PERIODS = ("s", "sec", "m", "min", "h", "hour", "d", "day")
 
 
@@ -32,18 +31,6 @@ class IssuedToken:
 
     def __iter__(self) -> Iterator[Any]:  # `client, token = api_client_create(...)`
         return iter((self.client, self.token))
-
-
-def token_hash(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def token_split(token: str) -> tuple[str, str] | None:
-    """(prefix, secret) of a well-formed token, else None."""
-    parts = token.split("_", 2)
-    if len(parts) != 3 or parts[0] != TOKEN_PREFIX or len(parts[1]) != 8 or not parts[2]:
-        return None
-    return parts[1], parts[2]
 
 
 def _new_token() -> tuple[str, str]:
@@ -83,7 +70,7 @@ def _issue(client: ApiClient) -> str:
     raise RuntimeError("could not draw a unique token prefix")
 
 
-SYSTEM_CLI = "system:cli"
+SYSTEM_CLI = SystemActor.CLI
 
 
 def api_client_create(
@@ -100,7 +87,7 @@ def api_client_create(
     )
     with transaction.atomic():
         token = _issue(client)
-        audit_record(action="api_client.created", actor=actor,
+        audit_record(action=AuditAction.API_CLIENT_CREATED, actor=actor,
                      data={"client": name, "scopes": client.scopes, "webhook_url": client.webhook_url})
     return IssuedToken(client=client, token=token)
 
@@ -110,7 +97,7 @@ def api_client_rotate(*, client: ApiClient, actor: Actor = SYSTEM_CLI) -> Issued
     with transaction.atomic():
         client.rotated_at = timezone.now()
         token = _issue(client)
-        audit_record(action="api_client.rotated", actor=actor, data={"client": client.name})
+        audit_record(action=AuditAction.API_CLIENT_ROTATED, actor=actor, data={"client": client.name})
     return IssuedToken(client=client, token=token)
 
 
@@ -118,5 +105,5 @@ def api_client_deactivate(*, client: ApiClient, actor: Actor = SYSTEM_CLI) -> Ap
     with transaction.atomic():
         client.is_active = False
         client.save(update_fields=["is_active"])
-        audit_record(action="api_client.deactivated", actor=actor, data={"client": client.name})
+        audit_record(action=AuditAction.API_CLIENT_DEACTIVATED, actor=actor, data={"client": client.name})
     return client

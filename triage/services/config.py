@@ -15,7 +15,8 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from triage.models import ESI_LEVELS, SchedulerSettings, Tier
+from triage.contracts import ConfigChanged
+from triage.models import ESI_LEVELS, AuditAction, SchedulerSettings, Tier
 from triage.realtime import mark_calls_dirty
 from triage.selectors.queue import live_calls
 from triage.streams import control_publish_on_commit
@@ -39,14 +40,14 @@ SCHEDULER_FIELDS = frozenset(
 )
 
 
-def config_changed(*, actor: Actor, action: str, data: Mapping[str, Any] | None = None) -> int:
+def config_changed(*, actor: Actor, action: AuditAction, data: Mapping[str, Any] | None = None) -> int:
     """Bump the configuration version, audit, and publish the config message on commit; returns the version."""
     with transaction.atomic():
         SchedulerSettings.load()
         SchedulerSettings.objects.filter(pk=1).update(version=F("version") + 1, updated_at=timezone.now())
         version = SchedulerSettings.objects.values_list("version", flat=True).get(pk=1)
         audit_record(action=action, actor=actor, data={**(data or {}), "version": version})
-        control_publish_on_commit({"kind": "config", "version": version})
+        control_publish_on_commit(ConfigChanged(version=version))
         # Each call's board state carries its aged level, which the tiers and settings decide.
         transaction.on_commit(lambda: mark_calls_dirty(live_calls().values_list("pk", flat=True)))
     return version
@@ -78,7 +79,7 @@ def scheduler_settings_update(*, actor: Actor, **fields: Any) -> SchedulerSettin
         settings = SchedulerSettings.objects.select_for_update().get(pk=SchedulerSettings.load().pk)
         _assign(settings, fields, SCHEDULER_FIELDS)
         settings.save(update_fields=[*fields, "updated_at"])
-        settings.version = config_changed(actor=actor, action="scheduler_settings.updated", data=_jsonable(fields))
+        settings.version = config_changed(actor=actor, action=AuditAction.SCHEDULER_SETTINGS_UPDATED, data=_jsonable(fields))
     return settings
 
 
@@ -87,7 +88,7 @@ def tier_create(*, actor: Actor, **fields: Any) -> Tier:
     with transaction.atomic():
         _assign(tier, fields, TIER_FIELDS)
         tier.save()
-        config_changed(actor=actor, action="tier.created", data={"tier": tier.name})
+        config_changed(actor=actor, action=AuditAction.TIER_CREATED, data={"tier": tier.name})
     return tier
 
 
@@ -95,7 +96,7 @@ def tier_update(*, tier: Tier, actor: Actor, **fields: Any) -> Tier:
     with transaction.atomic():
         _assign(tier, fields, TIER_FIELDS)
         tier.save(update_fields=list(fields))
-        config_changed(actor=actor, action="tier.updated", data={"tier": tier.name, **_jsonable(fields)})
+        config_changed(actor=actor, action=AuditAction.TIER_UPDATED, data={"tier": tier.name, **_jsonable(fields)})
     return tier
 
 
@@ -103,7 +104,7 @@ def tier_delete(*, tier: Tier, actor: Actor) -> None:
     with transaction.atomic():
         name = tier.name
         tier.delete()
-        config_changed(actor=actor, action="tier.deleted", data={"tier": name})
+        config_changed(actor=actor, action=AuditAction.TIER_DELETED, data={"tier": name})
 
 
 def _jsonable(fields: Mapping[str, Any]) -> dict[str, Any]:

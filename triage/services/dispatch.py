@@ -14,7 +14,7 @@ from celery import current_app as celery_app
 from django.conf import settings
 from redis import RedisError
 
-from triage.redis_clients import get_redis
+from triage.redis_clients import redis_bytes_client
 
 logger = logging.getLogger(__name__)
 TRIAGE_TASK = "triage.tasks.triage_call"
@@ -51,7 +51,7 @@ def triage_task_slot_release() -> None:
     """Free the slot: a triage task is about to claim calls, so calls committed from now on need a task of their
     own (or a publish failed, and the next call must try again)."""
     try:
-        get_redis().delete(TRIAGE_TASK_PENDING_KEY)
+        redis_bytes_client().delete(TRIAGE_TASK_PENDING_KEY)
     except RedisError:
         logger.warning("could not clear %s; it expires by itself", TRIAGE_TASK_PENDING_KEY, exc_info=True)
 
@@ -61,6 +61,6 @@ def _claim_task_slot(call_id: int) -> bool:
     if ttl_s <= 0:
         return True
     try:
-        return bool(get_redis().set(TRIAGE_TASK_PENDING_KEY, call_id, nx=True, px=int(ttl_s * 1000)))
+        return bool(redis_bytes_client().set(TRIAGE_TASK_PENDING_KEY, call_id, nx=True, px=int(ttl_s * 1000)))
     except RedisError:
         return True  # the publish will tell whether the broker (the same Redis) is really away

@@ -18,16 +18,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from inference.guidance.plan import GuidancePlan
-from triage.models import FINAL_STATUSES, AuditEvent, Call, CallStatus, SchedulerSettings
+from triage.models import FINAL_STATUSES, AuditAction, AuditEvent, Call, CallStatus
 from triage.realtime import call_changed_on_commit
-from triage.selectors.scheduler import scheduler_config_load as scheduler_config_load  # the worker's import
-from triage.services.audit import audit_event_build
+from triage.services.audit import SystemActor, audit_event_build
 from triage.services.calls import call_transition_unsaved
 from triage.services.errors import DomainError
 from triage.services.webhooks import calls_webhook_on_commit
 
 logger = logging.getLogger(__name__)
-ACTOR = "system:inference"
+ACTOR = SystemActor.INFERENCE
 
 
 @dataclass
@@ -122,7 +121,7 @@ def _progress_apply(call: Call, p: CallProgress, audits: list[AuditEvent], chang
         for name, value in updates.items():
             setattr(call, name, value)
         changed.update(updates)
-        audits.append(audit_event_build(action=f"call.{to_status}", actor=ACTOR, call=call, from_status=from_status,
+        audits.append(audit_event_build(action=AuditAction.entered(to_status), actor=ACTOR, call=call, from_status=from_status,
                                         to_status=to_status, data=data or None))
         moved.append(to_status)
         logger.info("call %s: %s -> %s (%s)", call.pk, from_status, to_status, ACTOR,
@@ -141,8 +140,3 @@ def _transition_updates(call: Call, p: CallProgress, to_status: str, data: dict[
             return None
         return p.result_fields()
     return {}
-
-
-def guard_similarity_threshold_load() -> float | None:
-    """The stream guard's mode from the settings: None is strict (the protocol's own sentences only)."""
-    return SchedulerSettings.load().guard_similarity_threshold

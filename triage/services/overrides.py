@@ -6,7 +6,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from triage.models import ESI_LEVELS, FINAL_STATUSES, Call, TriageAssessment
+from triage.contracts import Reprioritise
+from triage.models import ESI_LEVELS, FINAL_STATUSES, AuditAction, Call, TriageAssessment
 from triage.realtime import call_changed_on_commit
 from triage.roles import is_dispatcher
 from triage.streams import control_publish_on_commit
@@ -50,17 +51,15 @@ def call_override_level(
         locked.tier = tier_for_level(level)
         locked.save(update_fields=["level", "tier"])
         audit_record(
-            action="call.level_overridden", actor=user, call=locked,
+            action=AuditAction.CALL_LEVEL_OVERRIDDEN, actor=user, call=locked,
             data={
                 "from_level": previous, "to_level": level, "reason": assessment.override_reason,
                 "disputed_reason": disputed_reason, "decision_point": assessment.decision_point,
             },
         )
         call_changed_on_commit(locked.pk)
-        control_publish_on_commit({
-            "kind": "reprioritise", "call_id": locked.pk, "level": level,
-            "tier": locked.tier.name if locked.tier else "",
-        })
+        control_publish_on_commit(Reprioritise(call_id=locked.pk, level=level,
+                                               tier=locked.tier.name if locked.tier else None))
     call.level, call.tier = locked.level, locked.tier
     return locked
 

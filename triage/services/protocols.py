@@ -14,7 +14,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from judgment.protocols import load_library
-from triage.models import Call, CallStatus, TriageAssessment
+from triage.contracts import Regenerate
+from triage.models import (
+    BEFORE_STREAM_STATUSES,
+    SWITCHABLE_STATUSES,
+    AuditAction,
+    Call,
+    CallStatus,
+    TriageAssessment,
+)
 from triage.realtime import call_changed_on_commit
 from triage.roles import is_dispatcher
 from triage.streams import control_publish_on_commit
@@ -22,11 +30,6 @@ from triage.streams import control_publish_on_commit
 from .audit import audit_record
 from .errors import Conflict, NotAllowed, field_error
 from .recovery import call_requeue
-
-SWITCHABLE = frozenset({
-    CallStatus.RECEIVED, CallStatus.TRIAGED, CallStatus.QUEUED, CallStatus.PREFILLING, CallStatus.DECODING,
-    CallStatus.PREEMPTED, CallStatus.DONE,
-})
 
 
 def call_switch_protocol(*, call: Call, protocol: str, user: AbstractBaseUser) -> Call:
@@ -41,7 +44,7 @@ def call_switch_protocol(*, call: Call, protocol: str, user: AbstractBaseUser) -
                           code="invalid_choice")
     with transaction.atomic():
         locked = Call.objects.select_for_update().get(pk=call.pk)
-        if locked.status not in SWITCHABLE:
+        if locked.status not in SWITCHABLE_STATUSES:
             raise Conflict(f"a {locked.status} call's protocol cannot be switched", fields={"protocol": ["call is finished"]})
         assessment = TriageAssessment.objects.filter(call=locked).first()
         if assessment is None:
@@ -56,7 +59,7 @@ def call_switch_protocol(*, call: Call, protocol: str, user: AbstractBaseUser) -
         locked.guidance_generation += 1
         locked.save(update_fields=["guidance_generation"])
         audit_record(
-            action="call.protocol_switched", actor=user, call=locked,
+            action=AuditAction.CALL_PROTOCOL_SWITCHED, actor=user, call=locked,
             data={"from": previous, "to": chosen.id, "version": chosen.version, "library": library.label,
                   "generation": locked.guidance_generation},
         )
@@ -70,7 +73,7 @@ def _regenerate(call: Call, user: AbstractBaseUser) -> None:
     if call.status == CallStatus.DONE:
         # The worker is done with it and acknowledged its entry: a new entry brings it back, at its arrival.
         call_requeue(call=call, actor=user, reason="protocol switched")
-    elif call.status in (CallStatus.RECEIVED, CallStatus.TRIAGED):
+    elif call.status in BEFORE_STREAM_STATUSES:
         return  # not in the inference stream yet: the worker reads the new plan when it admits the call
     else:
-        control_publish_on_commit({"kind": "regenerate", "call_id": call.pk})
+        control_publish_on_commit(Regenerate(call_id=call.pk))

@@ -16,7 +16,7 @@ import time
 import redis
 from django.db import transaction
 
-from triage.models import Call, CallStatus
+from triage.models import IN_STREAM_STATUSES, Call, CallStatus
 from triage.streams import stream_append_many, stream_lost, stream_mark_complete
 
 from .assessments import inference_entry
@@ -26,7 +26,6 @@ from .errors import Conflict, Unavailable
 
 logger = logging.getLogger(__name__)
 
-IN_STREAM_STATUSES = (CallStatus.QUEUED, CallStatus.PREFILLING, CallStatus.DECODING, CallStatus.PREEMPTED)
 BATCH = 500
 
 
@@ -82,14 +81,14 @@ def call_retry(*, call: Call, actor: Actor) -> Call:
 def sweep_mark_done() -> None:
     """Stamp the end of a recovery sweep (``SWEEP_LAST_AT_KEY``): beat's liveness (it scheduled the sweep and a
     worker ran it), read by beat's healthcheck (``manage.py sweep_alive``) and reported on /readyz."""
-    from triage.redis_clients import SWEEP_LAST_AT_KEY, redis_client
+    from triage.redis_clients import SWEEP_LAST_AT_KEY, redis_text_client
 
-    redis_client().set(SWEEP_LAST_AT_KEY, f"{time.time():.3f}")
+    redis_text_client().set(SWEEP_LAST_AT_KEY, f"{time.time():.3f}")
 
 
 def sweep_age_s() -> float | None:
     """Seconds since the last recovery sweep ended (None: none recorded)."""
-    from triage.redis_clients import SWEEP_LAST_AT_KEY, redis_client
+    from triage.redis_clients import SWEEP_LAST_AT_KEY, redis_text_client
 
-    last = redis_client().get(SWEEP_LAST_AT_KEY)
+    last = redis_text_client().get(SWEEP_LAST_AT_KEY)
     return None if last is None else round(time.time() - float(last), 1)

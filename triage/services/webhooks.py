@@ -44,7 +44,7 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from triage.models import ApiClient, Call, CallStatus, WebhookDelivery
+from triage.models import ApiClient, AuditAction, Call, CallStatus, WebhookDelivery
 
 from .audit import Actor, audit_record
 from .errors import field_error
@@ -87,7 +87,7 @@ def api_client_set_webhook(*, client: ApiClient, url: str, actor: Actor) -> ApiC
         fields.append("webhook_secret")
     with transaction.atomic():
         client.save(update_fields=fields)
-        audit_record(action="api_client.webhook_set", actor=actor,
+        audit_record(action=AuditAction.API_CLIENT_WEBHOOK_SET, actor=actor,
                      data={"client": client.name, "webhook_url": client.webhook_url})
     return client
 
@@ -97,7 +97,7 @@ def api_client_rotate_webhook_secret(*, client: ApiClient, actor: Actor) -> str:
     client.webhook_secret = webhook_secret_new()
     with transaction.atomic():
         client.save(update_fields=["webhook_secret"])
-        audit_record(action="api_client.webhook_secret_rotated", actor=actor, data={"client": client.name})
+        audit_record(action=AuditAction.API_CLIENT_WEBHOOK_SECRET_ROTATED, actor=actor, data={"client": client.name})
     return client.webhook_secret
 
 

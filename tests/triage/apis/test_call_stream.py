@@ -92,7 +92,7 @@ publish_guidance_replaced = sync_to_async(realtime.publish_guidance_replaced)
 def stream_call(transactional_db, client_and_token) -> Iterator[Call]:
     call = make_call(client=client_and_token[0])
     yield call
-    realtime.redis_client().delete(realtime.token_stream_key(call.pk))
+    realtime.redis_text_client().delete(realtime.token_stream_key(call.pk))
 
 
 @pytest.fixture
@@ -251,4 +251,4 @@ def test_daphne_streams_the_guidance_to_a_plain_http_client(transactional_db, bo
         ]
         conn.close()
     finally:
-        realtime.redis_client().delete(key)
+        realtime.redis_text_client().delete(key)

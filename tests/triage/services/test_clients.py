@@ -1,8 +1,9 @@
 import pytest
 
+from triage.api_tokens import token_hash
 from triage.models import ApiClient, AuditEvent
 from triage.selectors.clients import api_client_for_token
-from triage.services.clients import api_client_create, api_client_deactivate, api_client_rotate, token_hash
+from triage.services.clients import api_client_create, api_client_deactivate, api_client_rotate
 from triage.services.errors import DomainError
 
 pytestmark = pytest.mark.django_db

@@ -69,7 +69,7 @@ def only_levels(trace: list[tuple[float, dict]], levels: set[int]) -> list[tuple
 
 
 def summarise(policy: str, call_ids: list[int]) -> dict:
-    from triage.models import ESI_LEVELS, AuditEvent, Call
+    from triage.models import ESI_LEVELS, AuditAction, AuditEvent, Call
 
     calls = list(Call.objects.filter(pk__in=call_ids))
     by_esi: dict[str, dict] = {}
@@ -88,7 +88,7 @@ def summarise(policy: str, call_ids: list[int]) -> dict:
             "triage_p50": _p(triage, 50), "queued_to_first_token_p50": _p(engine, 50),
         }
     preemptions = {"swap": 0, "recompute": 0, "partial": 0}
-    for data in AuditEvent.objects.filter(call_id__in=call_ids, action="call.preempted").values_list("data", flat=True):
+    for data in AuditEvent.objects.filter(call_id__in=call_ids, action=AuditAction.CALL_PREEMPTED).values_list("data", flat=True):
         mode = (data or {}).get("mode")
         key = {"drop": "recompute", "swap": "swap", "partial": "partial"}.get(mode)
         if key:
@@ -181,7 +181,7 @@ class Command(BaseCommand):
         stack = Stack(env=env, log_dir=Path(settings.VAR_DIR) / "logs" / "loadtest")
         port = free_port()
         results = []
-        configured = SchedulerSettings.load().policy
+        configured = SchedulerSettings.current().policy
         # SIGTERM (a CI timeout, an operator) unwinds like Ctrl-C, so the children are stopped, not orphaned.
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
@@ -294,9 +294,9 @@ def _vllm_preemptions(urls: list[str]) -> int:
 
 def _delete_keys(pattern: str, *keys: str) -> None:
     """Delete the keys matching ``pattern`` (this run's inference streams) and ``keys``."""
-    from triage.redis_clients import redis_client
+    from triage.redis_clients import redis_text_client
 
-    client = redis_client()
+    client = redis_text_client()
     for key in client.scan_iter(match=pattern, count=100):
         client.delete(key)
     client.delete(*keys)
@@ -304,11 +304,11 @@ def _delete_keys(pattern: str, *keys: str) -> None:
 
 def _wait_for_engine(since: float, timeout_s: float) -> None:
     """Until an inference worker started after `since` publishes its metrics (it has loaded its model)."""
-    from triage.redis_clients import ENGINE_METRICS_KEY, redis_client
+    from triage.redis_clients import ENGINE_METRICS_KEY, redis_text_client
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        updated = redis_client().hget(ENGINE_METRICS_KEY, "updated_at")
+        updated = redis_text_client().hget(ENGINE_METRICS_KEY, "updated_at")
         if updated is not None and float(updated) > since:
             return
         time.sleep(0.5)

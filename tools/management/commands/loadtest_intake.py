@@ -29,7 +29,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from triage.models import Call
-from triage.redis_clients import get_redis
+from triage.redis_clients import redis_bytes_client
 from triage.services.clients import api_client_create, api_client_deactivate
 
 WRK_SCRIPT = Path(settings.BASE_DIR) / "bin" / "intake-wrk.lua"
@@ -77,7 +77,7 @@ class Command(BaseCommand):
             _stop(web)
             listener.close()
             api_client_deactivate(client=issued.client, actor="system:loadtest")
-            get_redis().delete(settings.CELERY_TASK_DEFAULT_QUEUE)  # the unconsumed triage tasks
+            redis_bytes_client().delete(settings.CELERY_TASK_DEFAULT_QUEUE)  # the unconsumed triage tasks
 
     def _report_cpu(self, result: dict[str, float], cpu: dict[int, float], web_pids: set[int]) -> None:
         """CPU time per accepted call, so a run on a shared, busy machine still says what 2 cores can do."""

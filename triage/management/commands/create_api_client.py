@@ -11,6 +11,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from triage.models import ApiClient
+from triage.services.audit import SystemActor
 from triage.services.clients import api_client_create, api_client_rotate
 from triage.services.errors import DomainError
 from triage.services.webhooks import api_client_rotate_webhook_secret, api_client_set_webhook
@@ -40,10 +41,10 @@ class Command(BaseCommand):
                 client = ApiClient.objects.filter(name=name).first()
                 if client is None:
                     raise CommandError(f"no API client named {name!r}")
-                issued = api_client_rotate(client=client, actor="system:manage.py")
+                issued = api_client_rotate(client=client, actor=SystemActor.MANAGE)
             else:
                 issued = api_client_create(name=name, scopes=scopes, throttle_rate=rate, webhook_url=webhook_url,
-                                           actor="system:manage.py")
+                                           actor=SystemActor.MANAGE)
         except DomainError as exc:
             raise CommandError(f"{exc.message}: {exc.fields}") from exc
         if issued.client.webhook_url and not rotate:
@@ -57,9 +58,9 @@ class Command(BaseCommand):
         if client is None:
             raise CommandError(f"no API client named {name!r}")
         if url is not None:
-            api_client_set_webhook(client=client, url=url, actor="system:manage.py")
+            api_client_set_webhook(client=client, url=url, actor=SystemActor.MANAGE)
             self.stderr.write(f"Webhook of {name!r}: {client.webhook_url or '(none)'}")
         if rotate_secret:
-            api_client_rotate_webhook_secret(client=client, actor="system:manage.py")
+            api_client_rotate_webhook_secret(client=client, actor=SystemActor.MANAGE)
             self.stderr.write(f"New webhook signing secret of {name!r}:")
             self.stdout.write(client.webhook_secret)

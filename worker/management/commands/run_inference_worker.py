@@ -14,7 +14,7 @@ from django.core.management.base import BaseCommand
 
 from inference.calibration import load_cost_model
 from scheduler.policies import make_scheduler
-from triage.redis_clients import get_redis
+from triage.redis_clients import redis_bytes_client
 from triage.selectors.scheduler import scheduler_config_load
 from worker.inference_worker import InferenceWorker, WorkerOptions
 
@@ -92,7 +92,7 @@ class Command(BaseCommand):
             engine = build_vllm_pool(opts["policy"], opts["max_new_tokens"])
         else:
             engine = build_engine(opts["model"], opts["device"], opts["policy"], opts["max_new_tokens"])
-        worker = InferenceWorker(engine, get_redis(), WorkerOptions(
+        worker = InferenceWorker(engine, redis_bytes_client(), WorkerOptions(
             stream=settings.TRIAGE["INFERENCE_STREAM"], group=settings.TRIAGE["INFERENCE_GROUP"],
             consumer=opts["consumer"], control_channel=settings.TRIAGE["CONTROL_CHANNEL"],
             claim_idle_ms=opts["claim_idle_ms"], metrics_port=opts["metrics_port"] or None,

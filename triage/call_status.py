@@ -1,0 +1,64 @@
+"""A call's statuses, the sets the app reasons with, and which status may follow which: defined here alone.
+
+The board's script receives them from the server (``selectors.queue.board_vocabulary``), never types them.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class CallStatus(models.TextChoices):
+    RECEIVED = "received"
+    TRIAGED = "triaged"
+    QUEUED = "queued"
+    PREFILLING = "prefilling"
+    DECODING = "decoding"
+    PREEMPTED = "preempted"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ACTIVE_STATUSES = (
+    CallStatus.RECEIVED,
+    CallStatus.TRIAGED,
+    CallStatus.QUEUED,
+    CallStatus.PREFILLING,
+    CallStatus.DECODING,
+    CallStatus.PREEMPTED,
+)
+FINAL_STATUSES = (CallStatus.DONE, CallStatus.FAILED, CallStatus.CANCELLED)
+# Not put on the inference stream yet: the worker reads the call's plan when it admits it.
+BEFORE_STREAM_STATUSES = (CallStatus.RECEIVED, CallStatus.TRIAGED)
+# Triaged and put on the inference stream: an entry names the call until its generation ends.
+IN_STREAM_STATUSES = (CallStatus.QUEUED, CallStatus.PREFILLING, CallStatus.DECODING, CallStatus.PREEMPTED)
+# Ended, and stays on the board until a dispatcher closes it with an outcome.
+TO_CLOSE_STATUSES = (CallStatus.DONE, CallStatus.FAILED)
+# Whose protocol a dispatcher may still switch (a cancelled or failed call has no guidance to redo).
+SWITCHABLE_STATUSES = (*ACTIVE_STATUSES, CallStatus.DONE)
+
+# Which status may follow which; services refuse anything else.
+ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
+    CallStatus.RECEIVED: frozenset({CallStatus.TRIAGED, CallStatus.FAILED, CallStatus.CANCELLED}),
+    CallStatus.TRIAGED: frozenset({CallStatus.QUEUED, CallStatus.FAILED, CallStatus.CANCELLED}),
+    CallStatus.QUEUED: frozenset({CallStatus.PREFILLING, CallStatus.DECODING, *FINAL_STATUSES}),
+    CallStatus.PREFILLING: frozenset({CallStatus.DECODING, CallStatus.PREEMPTED, *FINAL_STATUSES}),
+    CallStatus.DECODING: frozenset({CallStatus.PREEMPTED, CallStatus.PREFILLING, *FINAL_STATUSES}),
+    CallStatus.PREEMPTED: frozenset({CallStatus.PREFILLING, CallStatus.DECODING, *FINAL_STATUSES}),
+    CallStatus.DONE: frozenset({CallStatus.QUEUED}),  # a protocol switch generates the guidance again
+    CallStatus.FAILED: frozenset({CallStatus.QUEUED}),  # a supervisor may retry a failed call
+    CallStatus.CANCELLED: frozenset(),
+}
+
+# The timestamp field stamped when a call enters each status (first entry for repeatable ones).
+STATUS_TIMESTAMP_FIELD = {
+    CallStatus.TRIAGED: "triaged_at",
+    CallStatus.QUEUED: "queued_at",
+    CallStatus.PREFILLING: "prefill_started_at",
+    CallStatus.DECODING: "first_token_at",
+    CallStatus.PREEMPTED: "last_preempted_at",
+    CallStatus.DONE: "done_at",
+    CallStatus.FAILED: "failed_at",
+    CallStatus.CANCELLED: "cancelled_at",
+}
