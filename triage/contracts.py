@@ -83,12 +83,25 @@ class ControlKind(StrEnum):
     REGENERATE = "regenerate"
 
 
+def _positive_int(value: object, name: str) -> int:
+    """A JSON integer above 0 (a digit string is read as one); ``ValueError`` for anything else."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    number = int(value)
+    if number <= 0:
+        raise ValueError(f"{name} must be above 0, got {value!r}")
+    return number
+
+
 @dataclass(frozen=True)
 class ConfigChanged:
     """The scheduler settings or tiers changed: the worker reloads them from the database."""
 
     version: int
     kind: ClassVar[ControlKind] = ControlKind.CONFIG
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "version", int(self.version))
 
 
 @dataclass(frozen=True)
@@ -100,6 +113,12 @@ class Reprioritise:
     tier: str | None = None
     kind: ClassVar[ControlKind] = ControlKind.REPRIORITISE
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "call_id", _positive_int(self.call_id, "call_id"))
+        if isinstance(self.level, bool) or self.level not in ESI_LEVELS:
+            raise ValueError(f"level must be an ESI level, got {self.level!r}")
+        object.__setattr__(self, "tier", self.tier or None)
+
 
 @dataclass(frozen=True)
 class Cancel:
@@ -108,6 +127,9 @@ class Cancel:
     call_id: int
     kind: ClassVar[ControlKind] = ControlKind.CANCEL
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "call_id", _positive_int(self.call_id, "call_id"))
+
 
 @dataclass(frozen=True)
 class Regenerate:
@@ -115,6 +137,9 @@ class Regenerate:
 
     call_id: int
     kind: ClassVar[ControlKind] = ControlKind.REGENERATE
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "call_id", _positive_int(self.call_id, "call_id"))
 
 
 ControlMessage = ConfigChanged | Reprioritise | Cancel | Regenerate
@@ -126,26 +151,15 @@ def control_to_json(message: ControlMessage) -> str:
 
 
 def control_from_json(data: bytes | str) -> ControlMessage:
-    """The message; ``ValueError`` for one that is not JSON, of no known kind, or lacks a field."""
+    """The message; ``ValueError`` for one that is not JSON, of no known kind, lacks a field or has a bad value."""
     payload = json.loads(_text(data))
     if not isinstance(payload, dict) or payload.get("kind") not in _CONTROL_TYPES:
         raise ValueError(f"unknown control message: {payload!r}")
     message_type = _CONTROL_TYPES[payload["kind"]]
-    values = {}
-    for field in fields(message_type):
-        if field.name in payload:
-            values[field.name] = payload[field.name]
     try:
-        message = message_type(**values)
-    except TypeError as error:
+        return message_type(**{f.name: payload[f.name] for f in fields(message_type) if f.name in payload})
+    except TypeError as error:  # a missing field
         raise ValueError(str(error)) from error
-    if isinstance(message, Reprioritise):
-        if message.level not in ESI_LEVELS:
-            raise ValueError(f"not an ESI level: {message.level!r}")
-        message = Reprioritise(call_id=int(message.call_id), level=message.level, tier=message.tier or None)
-    elif hasattr(message, "call_id"):
-        message = message_type(call_id=int(message.call_id))
-    return message
 
 
 # --- the board -----------------------------------------------------------------------------------------------
