@@ -4,7 +4,8 @@ The request is checked like GET calls/<id>/ (Bearer token or dashboard session, 
 calls; errors are the API's JSON), in DRF's sync view; what it returns is a ``StreamingHttpResponse`` over an
 *async* iterator, which daphne (ASGI) serves from the event loop: a waiting stream costs a Redis connection
 blocked in XREAD, not a thread. Under a WSGI server Django would have to buffer the whole async iterator
-before sending anything; the stack serves the API with daphne.
+before sending anything, and a sync worker would be held for the whole call (gunicorn kills a silent one after
+its timeout): the intake server (gunicorn) therefore refuses a stream at once with 421 and says where to go.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 
+from django.core.handlers.asgi import ASGIRequest
 from django.http import StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 
@@ -57,6 +59,15 @@ async def _event_stream(call_id: int, after_id: str | None) -> AsyncIterator[str
         yield sse_format(event)
 
 
+class StreamNeedsAsgi(APIException):
+    """421 Misdirected Request: this server (WSGI, the intake) cannot stream; the web process (daphne) can."""
+
+    status_code = 421
+    default_code = "stream_needs_asgi"
+    default_detail = ("The guidance stream is served by the web process (daphne, ASGI), not by the intake server "
+                      "(WSGI): open it on the web address, where the board is (docs/call-systems.md).")
+
+
 class CallStreamApi(ApiView):
     """GET /api/v1/calls/<id>/stream — the guidance so far, then each new token, then ``done``."""
 
@@ -72,7 +83,7 @@ class CallStreamApi(ApiView):
         parameters=[CALL_ID, LAST_EVENT_ID],
         responses={
             (200, EVENT_STREAM): OpenApiResponse(OpenApiTypes.STR, description=STREAM_DESCRIPTION),
-            **_errors(),
+            **_errors(421),
         },
     )
     def get(self, request: Request, call_id: str) -> StreamingHttpResponse:
@@ -81,6 +92,8 @@ class CallStreamApi(ApiView):
         after_id = request.headers.get("Last-Event-ID", "").strip() or None
         if after_id is not None and not STREAM_ID.fullmatch(after_id):
             raise ValidationError({"Last-Event-ID": ["An event id from this stream, e.g. 1712345678901-0."]})
+        if not isinstance(request._request, ASGIRequest):
+            raise StreamNeedsAsgi()
         response = StreamingHttpResponse(_event_stream(call.pk, after_id), content_type=EVENT_STREAM)
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once

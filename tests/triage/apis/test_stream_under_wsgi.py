@@ -1,0 +1,76 @@
+"""The intake server (gunicorn, WSGI) cannot stream: asked for a call's guidance stream it answers 421 at once,
+naming where the stream is served, so a misdirected EventSource never holds one of its workers (which would stop
+it accepting calls). Over real HTTP, to a real gunicorn on the test database."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import sys
+from collections.abc import Iterator
+
+import pytest
+from django.utils import timezone
+
+from tests.fixtures.browser import ServerProcess, _child_env
+from tests.triage.factories import make_call
+from tools.stack import free_port
+
+pytestmark = pytest.mark.usefixtures("redis_conn")
+
+
+@pytest.fixture
+def intake_server(transactional_db, django_db_blocker, tmp_path) -> Iterator[ServerProcess]:
+    """One sync worker: a single held request would be enough to stop it accepting calls."""
+    port = free_port()
+    server = ServerProcess(
+        name="gunicorn",
+        argv=[sys.executable, "-m", "gunicorn", "--workers", "1", "--timeout", "30", "-b", f"127.0.0.1:{port}",
+              "config.wsgi:application"],
+        env=_child_env(django_db_blocker), log_path=tmp_path / "gunicorn.log", port=port,
+    )
+    server.start(ready=lambda: _healthy(server), timeout_s=120)  # the worker has loaded the app
+    yield server
+    server.stop()
+
+
+def _healthy(server: ServerProcess) -> bool:
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        conn.request("GET", "/healthz")
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+
+
+def _request(server: ServerProcess, method: str, path: str, token: str, body: dict | None = None,
+             **headers: str) -> tuple[int, dict]:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)  # a held stream would time out here
+    try:
+        conn.request(method, path, json.dumps(body) if body is not None else None,
+                     {"Authorization": f"Bearer {token}", "Content-Type": "application/json", **headers})
+        response = conn.getresponse()
+        return response.status, json.loads(response.read() or b"{}")
+    finally:
+        conn.close()
+
+
+def test_the_intake_refuses_a_stream_at_once_and_keeps_accepting_calls(intake_server, client_and_token):
+    client, token = client_and_token
+    call = make_call(client=client)
+    for _ in range(3):  # three EventSources pointed at the intake
+        status, body = _request(intake_server, "GET", f"/api/v1/calls/{call.pk}/stream", token,
+                                Accept="text/event-stream")
+        assert status == 421
+        assert body["error"]["code"] == "stream_needs_asgi" and "web process" in body["error"]["message"]
+    status, body = _request(intake_server, "POST", "/api/v1/calls/", token, {
+        "external_id": "after-streams", "received_at": timezone.now().isoformat(), "transcript": "He fell off a ladder.",
+    })
+    assert status == 201, body
+
+
+def test_a_stream_of_another_clients_call_is_still_not_found_first(intake_server, client_and_token, make_api_client):
+    _, token = client_and_token
+    other, _ = make_api_client("cad-other")
+    status, body = _request(intake_server, "GET", f"/api/v1/calls/{make_call(client=other).pk}/stream", token)
+    assert status == 404, body
