@@ -24,8 +24,6 @@ from scheduler.config import (
 )
 
 PREFIX = "triage_"  # our keys among vllm_xargs, which other plug-ins share
-_DEFAULT_TIER = TierPolicy(name="default", esi_levels=(), ttft_target_mean_s=0.0, ttft_target_p90_s=0.0,
-                           e2e_target_mean_s=0.0, e2e_target_p90_s=0.0)
 
 
 @dataclass(frozen=True)
@@ -37,9 +35,9 @@ class CallParams:
     level: int
     predicted_tokens: int
     accepted_at: float
-    max_preemptions: int = _DEFAULT_TIER.max_preemptions
+    max_preemptions: int = TierPolicy.max_preemptions  # a tier's own defaults
     aging_step_s: float = 0.0  # 0: the call does not age
-    aging_ceiling: int = _DEFAULT_TIER.aging_ceiling_level
+    aging_ceiling: int = TierPolicy.aging_ceiling_level
     preempt_on_arrival: bool = True  # False: a waiting request never displaces a running one
     limited_c: float | None = None  # TRAIL's limited preemption: past c x its predicted length a call keeps its slot
 
