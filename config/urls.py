@@ -21,6 +21,7 @@ urlpatterns = [
     path("calls/<int:pk>/", views.call_detail, name="call-detail"),
     path("calls/<int:pk>/panel/", views.call_panel, name="call-panel"),
     path("calls/<int:pk>/override/", views.call_override, name="call-override"),
+    path("calls/<int:pk>/confirm-level/", views.call_confirm_level_view, name="call-confirm-level"),
     path("calls/<int:pk>/acknowledge/", views.call_acknowledge_view, name="call-acknowledge"),
     path("calls/<int:pk>/close/", views.call_close_view, name="call-close"),
     path("calls/<int:pk>/cancel/", views.call_cancel_view, name="call-cancel"),

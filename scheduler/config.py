@@ -29,6 +29,14 @@ def tier_claiming(level: int, tiers: Iterable[T], levels: Callable[[T], Iterable
     return next((tier for tier in tiers if level in levels(tier)), None)
 
 
+def scheduling_level(level: int, uncertain_against: int | None) -> int:
+    """The level a call is scheduled at: an uncertain call, between its level and ``uncertain_against`` (the
+    other level a triage signal gave; None when it is not uncertain between two), is held at the more urgent of
+    the two until a dispatcher confirms one. The cost of holding a call too urgent is a less urgent call's wait;
+    the cost of the other error is an ESI-1 call's (docs/decisions/uncertain-calls-scheduled-urgent.md)."""
+    return level if uncertain_against is None else min(level, clamp_level(uncertain_against))
+
+
 def clamp_level(level: int) -> int:
     """The nearest ESI level (a priority from outside, e.g. vLLM's own, may be any integer)."""
     return min(LEAST_URGENT, max(MOST_URGENT, int(level)))

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from scheduler.config import ESI_LEVELS, EVICTION_MODES, STAGE_MERGE_MODES, SchedulerConfig
+from scheduler.config import ESI_LEVELS, EVICTION_MODES, STAGE_MERGE_MODES, SchedulerConfig, scheduling_level
 from scheduler.cost import PRESETS, CostModel
 from scheduler.decision import Decision
 from scheduler.metrics import RequestOutcome, TdgAccumulator, by_esi, slo_targets, summarise
@@ -33,6 +33,7 @@ from scheduler.request import Request, Stage
 from scheduler.workloads import (
     Arrival,
     Prediction,
+    UrgencyErrorModel,
     burst_workload,
     paper_workload,
     poisson_workload,
@@ -149,9 +150,11 @@ def drive(
 
 def simulate(
     config: SchedulerConfig, cost: CostModel, arrivals: Sequence[Arrival], predictions: Sequence[Prediction],
-    *, progress: bool = False,
+    *, progress: bool = False, uncertainty_rule: bool = True,
 ) -> SimResult:
-    """Run one policy over a workload to completion; deterministic. O(iterations x b + n log n)."""
+    """Run one policy over a workload to completion; deterministic. O(iterations x b + n log n).
+    ``uncertainty_rule``: a prediction that names an alternative level is scheduled at the more urgent of the two
+    (``scheduler.config.scheduling_level``), as the live triage stage does."""
     scheduler = make_scheduler(config, cost)
     order = sorted(range(len(arrivals)), key=lambda i: (arrivals[i].t_s, i))
     requests: list[Request] = []
@@ -159,7 +162,8 @@ def simulate(
         a, p = arrivals[i], predictions[i]
         tier = config.tier_for(None, a.esi)  # SLOs follow the true level
         requests.append(Request(
-            id=str(i), level=p.level, arrival_s=a.t_s, prompt_tokens=a.prompt_tokens,
+            id=str(i), level=scheduling_level(p.level, p.alternative if uncertainty_rule else None),
+            arrival_s=a.t_s, prompt_tokens=a.prompt_tokens,
             predicted_output_tokens=p.output_tokens, true_output_tokens=a.output_tokens,
             payload={"true_level": a.esi, "tier": tier},
         ))
@@ -229,6 +233,7 @@ def build_workload(args: argparse.Namespace) -> tuple[list[Arrival], list[Predic
         random.Random(args.seed + 1), arrivals, exact_lengths=args.true_lengths,
         urgency_error_rate=args.urgency_error, urgency_error_distance=args.urgency_error_distance,
         length_error_rate=args.length_error, length_error_distance=args.length_error_distance,
+        urgency_errors=UrgencyErrorModel.read(args.urgency_confusion) if args.urgency_confusion else None,
     )
     return arrivals, predictions
 
@@ -282,6 +287,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--true-lengths", action="store_true", help="predict output lengths exactly")
     ap.add_argument("--urgency-error", type=float, default=0.0, metavar="R")
     ap.add_argument("--urgency-error-distance", type=int, default=1)
+    ap.add_argument("--urgency-confusion", metavar="FILE",
+                    help="draw urgency verdicts from our classifier's measured ones (evaluate_triage --urgency-errors);"
+                         " with --urgency-error R, at error rate R in the same shape")
+    ap.add_argument("--uncertainty-rule", action=argparse.BooleanOptionalAction, default=True,
+                    help="schedule an uncertain verdict at the more urgent of its two levels")
     ap.add_argument("--length-error", type=float, default=0.0, metavar="R")
     ap.add_argument("--length-error-distance", type=int, default=2, help="in 50-token buckets")
     ap.add_argument("--json", action="store_true")
@@ -334,7 +344,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     arrivals, predictions = build_workload(args)
     progress = not args.no_progress and len(arrivals) >= 2000
     results = [
-        simulate(build_config(args, p, cost), cost, arrivals, predictions, progress=progress).to_json() for p in policies
+        simulate(build_config(args, p, cost), cost, arrivals, predictions, progress=progress,
+                 uncertainty_rule=args.uncertainty_rule).to_json()
+        for p in policies
     ]
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results, sort_keys=False))

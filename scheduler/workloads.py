@@ -1,4 +1,6 @@
-"""Workloads for the simulator, and the paper's predictor model (50-token length buckets, error injection).
+"""Workloads for the simulator, and the predictor models: the paper's (50-token length buckets, urgency errors
+of a fixed distance in a random direction) and our classifier's own urgency errors, as measured on an evaluation
+set (``UrgencyErrorModel``).
 
 All randomness comes from the ``random.Random`` passed in: the same seed gives the same workload.
 """
@@ -8,8 +10,9 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from scheduler.config import ESI_LEVELS, clamp_level
 
@@ -28,6 +31,74 @@ class Arrival:
 class Prediction:
     level: int  # what the urgency classifier says
     output_tokens: int  # what the length predictor says
+    alternative: int | None = None  # the other level an uncertain verdict named (scheduler.config.scheduling_level)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the classifier said of one labelled call: its level and, when uncertain, the other level."""
+
+    level: int
+    alternative: int | None = None
+
+
+@dataclass(frozen=True)
+class UrgencyErrorModel:
+    """The urgency classifier's verdicts on an evaluation set, per true level: drawing one at random reproduces
+    its confusion and its uncertainty together (which calls it doubts, and towards which level).
+
+    ``draw(rng, level, error_rate=r)`` keeps the shape and sets the error rate: with probability r one of the
+    wrong verdicts for that level (else a right one), each drawn in proportion to how often it was given. A
+    level the set never got wrong (a good classifier misses no ESI-1 call in a few hundred) borrows the other
+    levels' wrong verdicts, moved to it: the same distance and direction, the alternative moved alike, those
+    that stay on the scale; with none, the paper's error (one level away, no alternative named).
+    Written by ``python manage.py evaluate_triage --urgency-errors FILE``."""
+
+    source: str
+    verdicts: Mapping[int, Sequence[Verdict]]  # true level -> one verdict per call, in the set's order
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> UrgencyErrorModel:
+        verdicts: dict[int, list[Verdict]] = {level: [] for level in ESI_LEVELS}
+        for row in data["verdicts"]:
+            alternative = row.get("alternative")
+            verdict = Verdict(int(row["level"]), None if alternative is None else int(alternative))
+            verdicts[int(row["true"])].extend([verdict] * int(row["calls"]))
+        return cls(str(data.get("source", "")), verdicts)
+
+    @classmethod
+    def read(cls, path: str) -> UrgencyErrorModel:
+        with open(path, encoding="utf-8") as f:
+            return cls.from_json(json.load(f))
+
+    def error_rate(self) -> float:
+        """The share of wrong verdicts over the whole set."""
+        calls = [(level, v) for level, vs in self.verdicts.items() for v in vs]
+        return sum(v.level != level for level, v in calls) / max(1, len(calls))
+
+    def draw(self, rng: random.Random, level: int, *, error_rate: float | None = None) -> Verdict:
+        given = self.verdicts.get(level) or [Verdict(level)]
+        if error_rate is None:
+            return rng.choice(given)
+        wrong = [v for v in given if v.level != level] or self._moved_to(level)
+        if rng.random() < error_rate:
+            return rng.choice(wrong) if wrong else Verdict(_one_level_off(rng, level, 1))
+        right = [v for v in given if v.level == level]
+        return rng.choice(right) if right else Verdict(level)
+
+    def _moved_to(self, level: int) -> list[Verdict]:
+        """Every other level's wrong verdicts, moved by the difference between the levels; those off the scale
+        are left out (an ESI-1 call can only be under-triaged). O(calls)."""
+        moved = []
+        for true, verdicts in self.verdicts.items():
+            for v in verdicts:
+                if v.level == true:
+                    continue
+                shifted = v.level + level - true
+                alternative = None if v.alternative is None else v.alternative + level - true
+                if shifted in ESI_LEVELS and (alternative is None or alternative in ESI_LEVELS):
+                    moved.append(Verdict(shifted, alternative))
+        return moved
 
 
 def paper_workload(
@@ -95,24 +166,35 @@ def bucketed_length(rng: random.Random, true_tokens: int, bucket: int = LENGTH_B
     return max(1, rng.choice((lower, upper)))
 
 
+def _one_level_off(rng: random.Random, level: int, distance: int) -> int:
+    """The paper's urgency error: ``distance`` levels away in a random direction, never outside 1-5 (the other
+    direction is taken, or the nearest valid level)."""
+    sign = rng.choice((-1, 1))
+    wrong = level + sign * distance
+    if wrong not in ESI_LEVELS:
+        wrong = level - sign * distance
+    return clamp_level(wrong)
+
+
 def predict(
     rng: random.Random, arrivals: list[Arrival], *, exact_lengths: bool = False, urgency_error_rate: float = 0.0,
     urgency_error_distance: int = 1, length_error_rate: float = 0.0, length_error_distance: int = 2,
+    urgency_errors: UrgencyErrorModel | None = None,
 ) -> list[Prediction]:
-    """Predicted level and length for every arrival, with the paper's error model: a fraction ``rate`` of
-    requests is mispredicted by ``distance`` (levels, or length buckets) in a random direction. A level is
-    never moved outside 1-5 (the other direction is taken, or the nearest valid level)."""
+    """Predicted level and length for every arrival. Urgency: with ``urgency_errors``, a verdict drawn from our
+    classifier's measured ones (at ``urgency_error_rate`` when that is > 0, else at the measured rate); without,
+    the paper's error model: a fraction ``rate`` of requests is mispredicted by ``distance`` levels in a random
+    direction. Lengths: the paper's bucketed predictor, a fraction mispredicted by ``distance`` buckets."""
     out = []
     for a in arrivals:
-        level = a.esi
-        if urgency_error_rate and rng.random() < urgency_error_rate:
-            sign = rng.choice((-1, 1))
-            level = a.esi + sign * urgency_error_distance
-            if level not in ESI_LEVELS:
-                level = a.esi - sign * urgency_error_distance
-            level = clamp_level(level)
+        level, alternative = a.esi, None
+        if urgency_errors is not None:
+            verdict = urgency_errors.draw(rng, a.esi, error_rate=urgency_error_rate or None)
+            level, alternative = verdict.level, verdict.alternative
+        elif urgency_error_rate and rng.random() < urgency_error_rate:
+            level = _one_level_off(rng, a.esi, urgency_error_distance)
         length = a.output_tokens if exact_lengths else bucketed_length(rng, a.output_tokens)
         if length_error_rate and rng.random() < length_error_rate:
             length = max(1, length + rng.choice((-1, 1)) * length_error_distance * LENGTH_BUCKET_TOKENS)
-        out.append(Prediction(level, length))
+        out.append(Prediction(level, length, alternative))
     return out

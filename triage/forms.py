@@ -35,6 +35,12 @@ class OverrideForm(forms.Form):
         return reason
 
 
+class ConfirmLevelForm(forms.Form):
+    """One of the two levels an uncertain verdict named (the service checks which)."""
+
+    level = forms.TypedChoiceField(label="Confirm ESI level", choices=LEVEL_CHOICES, coerce=int)
+
+
 class CloseForm(forms.Form):
     outcome = forms.CharField(
         label="Outcome",

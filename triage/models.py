@@ -254,6 +254,13 @@ class TriageAssessment(models.Model):
     uncertain = models.BooleanField(
         default=False, help_text="The algorithm and the model disagree, or the probability is split: a dispatcher should look"
     )
+    alternative_esi = models.PositiveSmallIntegerField(
+        null=True, blank=True, validators=ESI_VALIDATORS,
+        help_text="Uncertain: the other level a triage signal gave. The call is held at the more urgent of the two "
+                  "until a dispatcher confirms one",
+    )
+    level_confirmed_by = models.ForeignKey(settings.AUTH_USER_MODEL, models.SET_NULL, null=True, blank=True, related_name="+")
+    level_confirmed_at = models.DateTimeField(null=True, blank=True)
     findings = models.JSONField(default=list, blank=True, help_text="What the caller said, as clinical findings")
     catalogue_version = models.CharField(max_length=60, blank=True, help_text="Clinical catalogue the verdict used")
     patient_age = models.FloatField(null=True, blank=True, help_text="The patient's age in years, as read from the call")
@@ -283,6 +290,11 @@ class TriageAssessment(models.Model):
         max_length=300, blank=True, help_text="The assessment's reason the dispatcher disagreed with"
     )
 
+    @property
+    def awaiting_confirmation(self) -> bool:
+        """Uncertain between two levels, and no dispatcher has confirmed one or overridden the level yet."""
+        return self.alternative_esi is not None and self.level_confirmed_at is None and self.override_esi is None
+
 
 class AuditAction(models.TextChoices):
     """What an audit row records: each kind of change, named once."""
@@ -297,6 +309,7 @@ class AuditAction(models.TextChoices):
     CALL_FAILED = "call.failed"
     CALL_CANCELLED = "call.cancelled"
     CALL_LEVEL_OVERRIDDEN = "call.level_overridden"
+    CALL_LEVEL_CONFIRMED = "call.level_confirmed"
     CALL_PROTOCOL_SWITCHED = "call.protocol_switched"
     CALL_ACKNOWLEDGED = "call.acknowledged"
     CALL_CLOSED = "call.closed"

@@ -21,14 +21,22 @@ from django.urls import reverse
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_GET, require_POST
 
-from triage.forms import OUTCOME_SUGGESTIONS, CancelForm, CloseForm, OverrideForm, ProtocolForm, SearchForm
+from triage.forms import (
+    OUTCOME_SUGGESTIONS,
+    CancelForm,
+    CloseForm,
+    ConfirmLevelForm,
+    OverrideForm,
+    ProtocolForm,
+    SearchForm,
+)
 from triage.models import FINAL_STATUSES, SWITCHABLE_STATUSES, Call, CallStatus
 from triage.roles import has_any_role, is_dispatcher, is_supervisor
 from triage.selectors.queue import board_vocabulary, is_live, protocol_choices, protocol_state
 from triage.services.board import call_acknowledge, call_close
 from triage.services.calls import call_cancel
 from triage.services.errors import DomainError
-from triage.services.overrides import call_override_level
+from triage.services.overrides import call_confirm_level, call_override_level
 from triage.services.protocols import call_switch_protocol
 from triage.services.recovery import call_retry
 
@@ -48,6 +56,8 @@ def _call_context(request: HttpRequest, call: Call) -> dict:
         "live": is_live(call),
         "can_act": is_dispatcher(request.user),
         "can_override": call.status not in FINAL_STATUSES,
+        "can_confirm_level": call.status not in FINAL_STATUSES and getattr(call, "assessment", None) is not None
+        and call.assessment.awaiting_confirmation,
         "can_cancel": call.is_active,
         "can_retry": call.status == CallStatus.FAILED and getattr(call, "assessment", None) is not None,
         "can_close": call.status in FINAL_STATUSES and call.closed_at is None,
@@ -194,6 +204,16 @@ def call_override(request: HttpRequest, pk: int) -> HttpResponse:
         return f"Call {call.pk} is now ESI {data['level']}."
 
     return _action(request, pk, OverrideForm, perform)
+
+
+@login_required
+@require_POST
+def call_confirm_level_view(request: HttpRequest, pk: int) -> HttpResponse:
+    def perform(call: Call, data: dict) -> str:
+        call_confirm_level(call=call, level=data["level"], user=request.user)
+        return f"Call {call.pk}: ESI {data['level']} confirmed."
+
+    return _action(request, pk, ConfirmLevelForm, perform)
 
 
 @login_required

@@ -11,7 +11,7 @@ Stable API::
     from judgment.predictors import load_triage_predictor
     predictor = load_triage_predictor()          # TRIAGE_PREDICTORS_DIR or <repo>/models/predictors
     [p] = predictor.predict(["he's collapsed and he's not breathing"])
-    p.esi, p.decision_point, p.reasons, p.uncertain, p.probabilities, p.predicted_output_tokens
+    p.esi, p.decision_point, p.reasons, p.uncertain, p.alternative_esi, p.probabilities, p.predicted_output_tokens
     p.protocol.protocol, p.protocol.confidence, p.protocol.runner_up    # "choking", 0.93, "allergic_reaction"
     predictor.version, predictor.catalogue.label
 

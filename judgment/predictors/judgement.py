@@ -20,12 +20,17 @@ split probability mass, the two likeliest levels within ``SPLIT_MARGIN``, goes t
 - Decision point D last: a call at ESI 3 with danger-zone vitals is ESI 2.
 
 A rule that would have fired only through a spelling correction marks the call uncertain and says so.
+
+An uncertain call names the other level it is uncertain against (``Judgement.alternative``): the most urgent
+level another signal gave (the rules, the model's cost-sensitive level, the other half of a split mass) when
+one is more urgent than the verdict, else the nearest less urgent one. The scheduler holds the call at the more
+urgent of the two until a dispatcher confirms one (``scheduler.config.scheduling_level``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from judgment.clinical import AlgorithmResult
 
@@ -44,6 +49,7 @@ class Judgement:
     decision_point: str  # A | B | C | D
     reasons: tuple[str, ...]
     uncertain: bool
+    alternative: int | None = None  # uncertain: the other level a signal gave (None: none differs)
 
 
 def judge(
@@ -52,7 +58,22 @@ def judge(
 ) -> Judgement:
     """Combine the model's level (already decided from ``probabilities``) with the algorithm's ``result``.
     ``labels``: concept id -> the catalogue's words for it; ``evidence``: the phrases that weighed most."""
-    labels = labels or {}
+    verdict = _judge(probabilities, model_level, result, labels=labels or {}, evidence=evidence)
+    if not verdict.uncertain:
+        return verdict
+    ranked = sorted(range(5), key=lambda k: -probabilities[k])
+    split = probabilities[ranked[0]] - probabilities[ranked[1]] < SPLIT_MARGIN
+    signals = {model_level, result.level, *((ranked[0] + 1, ranked[1] + 1) if split else ())}
+    others = sorted(level for level in signals if level is not None and level != verdict.esi)
+    more_urgent = [level for level in others if level < verdict.esi]
+    alternative = more_urgent[0] if more_urgent else (others[0] if others else None)
+    return replace(verdict, alternative=alternative)
+
+
+def _judge(
+    probabilities: Sequence[float], model_level: int, result: AlgorithmResult, *, labels: dict[str, str],
+    evidence: Sequence[str],
+) -> Judgement:
     ranked = sorted(range(5), key=lambda k: -probabilities[k])
     split = probabilities[ranked[0]] - probabilities[ranked[1]] < SPLIT_MARGIN
     wanted = min(model_level, ranked[0] + 1, ranked[1] + 1) if split else model_level

@@ -24,6 +24,7 @@ class TriagePrediction:
     decision_point: str = "C"  # A | B | C | D: the ESI decision point that decided ``esi``
     reasons: tuple[str, ...] = ()  # "B: fever during chemotherapy", "D: SpO2 89% (danger zone < 92%)"
     uncertain: bool = False  # algorithm and model disagree, or the probability mass is split
+    alternative_esi: int | None = None  # uncertain: the other level a signal gave (judgement.Judgement)
     findings: tuple[str, ...] = ()  # what the caller said, as findings ("not breathing", "no fever")
     protocol: ProtocolChoice | None = None  # the dispatch protocol selected, with confidence and runner-up
     patient_age: float | None = None  # years: stated, else the age group's; None when the call does not say
@@ -83,7 +84,7 @@ class TriagePredictor:
             verdict = judge(row, level, result, labels=labels, evidence=self.esi.evidence(grams, level, self._terms))
             out.append(TriagePrediction(
                 esi=verdict.esi, probabilities=_five(row), predicted_output_tokens=int(n),
-                decision_point=verdict.decision_point, reasons=verdict.reasons, uncertain=verdict.uncertain,
+                decision_point=verdict.decision_point, reasons=verdict.reasons, uncertain=verdict.uncertain, alternative_esi=verdict.alternative,
                 findings=describe_findings(found, self.catalogue), protocol=protocol,
                 patient_age=found.patient.age if found.patient.age_known else None,
             ))

@@ -192,10 +192,11 @@ function esiBadge(call, now) {
   const note = call.overridden ? ` <span class="override-mark" title="Overridden by a dispatcher (classifier said ESI ${esc(call.predicted_esi)})">overridden</span>` : "";
   const point = call.decision_point ? ` <span class="decision-point" title="ESI decision point">${esc(call.decision_point)}</span>` : "";
   const unsure = call.uncertain ? " <span class=\"uncertain\" title=\"The algorithm and the model disagree, or the probability is split: check the call\">uncertain</span>" : "";
+  const held = call.held ? ` <span class="held" title="Uncertain: held at the more urgent level until a dispatcher confirms (key v) or overrides; the classifier said ESI ${esc(call.predicted_esi)}">held</span>` : "";
   const off = call.off_protocol ? " <span class=\"off-protocol-badge\" title=\"The model said something the protocol does not: its guidance was replaced by the protocol's own text\">off-protocol</span>" : "";
   const aged = effectiveLevel(call, now);
   const agedNote = aged < call.level ? ` <span class="aged" title="Waiting moved it up: queued as ESI ${aged}">→ ${aged}</span>` : "";
-  return `<span class="esi esi-${call.level}">ESI ${call.level}</span>${agedNote}${point}${unsure}${off}${note}`;
+  return `<span class="esi esi-${call.level}">ESI ${call.level}</span>${agedNote}${point}${unsure}${held}${off}${note}`;
 }
 
 function reasonsHtml(call) {
@@ -332,7 +333,7 @@ function refreshPanelSoon() {
 }
 
 function panelFieldsChanged(a, b) {
-  return a.status !== b.status || a.level !== b.level || a.uncertain !== b.uncertain || a.off_protocol !== b.off_protocol || JSON.stringify(a.protocol) !== JSON.stringify(b.protocol) || a.acknowledged !== b.acknowledged || a.live !== b.live;
+  return a.status !== b.status || a.level !== b.level || a.uncertain !== b.uncertain || a.held !== b.held || a.off_protocol !== b.off_protocol || JSON.stringify(a.protocol) !== JSON.stringify(b.protocol) || a.acknowledged !== b.acknowledged || a.live !== b.live;
 }
 
 const OFF_PROTOCOL_STATE = "off-protocol: the model left the protocol, its own text is shown";
@@ -491,7 +492,7 @@ document.addEventListener("keydown", (e) => {
   if (t.closest && (t.closest("input, textarea, select, [contenteditable]") || t.closest("dialog[open]"))) return;
   const actions = {
     j: () => move(1), k: () => move(-1), "?": () => $("help-dialog").showModal(),
-    o: () => panelAction("override"), a: () => panelAction("acknowledge"),
+    o: () => panelAction("override"), a: () => panelAction("acknowledge"), v: () => panelAction("confirm"),
     c: () => panelAction("close"), x: () => panelAction("cancel"), p: () => panelAction("protocol"), r: () => panelAction("retry"),
   };
   const act = actions[e.key];

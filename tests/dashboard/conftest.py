@@ -90,7 +90,8 @@ def make_call(tiers: None, triage_predictor: object) -> Callable[..., object]:
         CallStatus.DONE: [CallStatus.PREFILLING, CallStatus.DECODING, CallStatus.DONE],
     }
 
-    def make(esi: int = 3, status: str = CallStatus.QUEUED, text: str = "") -> object:
+    def make(esi: int = 3, status: str = CallStatus.QUEUED, text: str = "", uncertain_against: int | None = None
+             ) -> object:
         transcript = text or f"Caller reports a problem, case {esi}."
         # One transaction: the triage task sent on commit finds the call triaged already, so a Celery
         # worker running elsewhere in the session (the browser tests start one) leaves it alone.
@@ -102,7 +103,9 @@ def make_call(tiers: None, triage_predictor: object) -> Callable[..., object]:
             if status == CallStatus.RECEIVED:
                 return call
             [classified] = triage_predictor.predict([transcript])
-            prediction = dataclasses.replace(classified, esi=esi)
+            # the verdict the test asks for: ESI ``esi``, uncertain against another level only when asked
+            prediction = dataclasses.replace(classified, esi=esi, alternative_esi=uncertain_against,
+                                             uncertain=classified.uncertain or uncertain_against is not None)
             call_triage_record(
                 call=call, prediction=prediction, model_version=triage_predictor.version, latency_ms=1.0
             )

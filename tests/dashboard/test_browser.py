@@ -128,6 +128,27 @@ def test_override_chosen_by_keyboard_moves_a_call_to_the_top(page, board_server,
     screenshot(page, "board-after-override")
 
 
+def test_one_key_confirms_an_uncertain_calls_verdict_and_the_call_leaves_its_held_place(
+    page, board_server, dispatcher_login, make_call
+):
+    held = make_call(4, text="Cut his hand on a tin, it's bleeding a bit.", uncertain_against=2)
+    urgent = make_call(3)
+    open_board(page, board_server, dispatcher_login)
+    first_row = page.locator("#queue-body tr[data-id]").first
+    assert first_row.get_attribute("data-id") == str(held.pk)  # held at ESI 2, ahead of the ESI 3 call
+    assert row(page, held.pk).locator(".held").is_visible()
+
+    page.keyboard.press("j")
+    page.wait_for_selector(f'#call-panel [data-call-id="{held.pk}"]')
+    page.keyboard.press("v")  # one key: confirm the verdict's ESI 4
+    page.wait_for_function(
+        "id => document.querySelector('#queue-body tr[data-id]')?.dataset.id === String(id)", arg=urgent.pk
+    )
+    assert row(page, held.pk).locator(".esi").inner_text() == "ESI 4"
+    assert row(page, held.pk).locator(".held").count() == 0
+    assert Call.objects.get(pk=held.pk).level == 4
+
+
 def test_board_resynchronises_after_the_server_restarts(page, board_server, dispatcher_login, make_call):
     before = make_call(3)
     open_board(page, board_server, dispatcher_login)

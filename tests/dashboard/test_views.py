@@ -69,6 +69,26 @@ def test_override_by_htmx_changes_the_level_and_audits_the_dispatcher(make_call,
     assert audit.actor == f"user:{dispatcher.username}" and audit.actor_user == dispatcher
 
 
+def test_an_uncertain_call_is_shown_held_and_one_post_confirms_the_verdicts_level(make_call, dispatcher):
+    call = make_call(4, uncertain_against=2)
+    call.refresh_from_db()
+    assert call.level == 2  # held at the more urgent level
+    client = csrf_client(dispatcher)
+    panel = client.get(f"/calls/{call.pk}/panel/").content.decode()
+    assert "between ESI 4 and ESI 2: held at ESI 2 until confirmed" in panel
+    assert 'aria-keyshortcuts="v"' in panel and "Confirm ESI 4" in panel
+    response = client.post(f"/calls/{call.pk}/confirm-level/", {"level": 4},
+                           HTTP_X_CSRFTOKEN=csrf_token(client), HTTP_HX_REQUEST="true")
+    assert response.status_code == 200 and "ESI 4 confirmed" in response.content.decode()
+    call.refresh_from_db()
+    assert call.level == 4
+    panel = client.get(f"/calls/{call.pk}/panel/").content.decode()
+    assert "ESI 4 confirmed by dora" in panel and "Confirm ESI" not in panel
+    refused = client.post(f"/calls/{call.pk}/confirm-level/", {"level": 4},
+                          HTTP_X_CSRFTOKEN=csrf_token(client), HTTP_HX_REQUEST="true")
+    assert refused.status_code == 409
+
+
 def test_override_without_a_reason_is_rejected_with_the_reason_named(make_call, dispatcher):
     call = make_call(4)
     client = csrf_client(dispatcher)

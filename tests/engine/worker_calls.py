@@ -31,6 +31,7 @@ class FixedPrediction:
     decision_point: str = "C"
     reasons: tuple[str, ...] = ("C: fixed for the test",)
     uncertain: bool = False
+    alternative_esi: int | None = None
     findings: tuple[str, ...] = ()
     protocol: None = None  # no protocol selected: the assessment records none
     patient_age: float | None = None

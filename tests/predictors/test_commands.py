@@ -32,7 +32,7 @@ def test_classify_prints_one_json_line_per_input_without_database_access(trained
     assert [r["id"] for r in rows] == ["a", 7]
     assert (rows[0]["esi"], rows[0]["decision_point"]) == (1, "A")
     for row in rows:
-        assert set(row) == {"id", "esi", "decision_point", "reasons", "uncertain", "findings", "protocol",
+        assert set(row) == {"id", "esi", "decision_point", "reasons", "uncertain", "alternative_esi", "findings", "protocol",
                             "probabilities", "predicted_output_tokens"}
         protocol = row["protocol"]
         assert {"id", "version", "confidence", "runner_up"} <= set(protocol)

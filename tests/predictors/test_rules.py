@@ -122,3 +122,16 @@ def test_threshold_tuning_holds_out_every_call_of_an_author_together():
     assert len(set(folds)) == 6
     for a in range(1, 19):
         assert len({f for r, f in zip(many, folds, strict=True) if r["id"].startswith(f"w{a}-")}) == 1
+
+
+def test_an_uncertain_verdict_names_the_more_urgent_level_another_signal_gave():
+    # the model wanted ESI 2 without a named finding: the verdict stays at the rules' 5, uncertain against 2
+    raised = judge([0.1, 0.5, 0.2, 0.15, 0.05], 2, _result(5, "C", "no resources (a bruise)"))
+    assert (raised.esi, raised.uncertain, raised.alternative) == (5, True, 2)
+    # a B rule stands against the model's confident 4: uncertain, and the other level is the less urgent one
+    probs = [0.02, 0.08, 0.1, 0.7, 0.1]
+    ruled = judge(probs, 4, _result(2, "B", "fever during chemotherapy"))
+    assert (ruled.esi, ruled.uncertain, ruled.alternative) == (2, True, 4)
+    # agreement: certain, nothing named
+    agree = judge(probs, 4, _result(4, "C", "1 resource (X-ray) for a limb injury"))
+    assert (agree.uncertain, agree.alternative) == (False, None)

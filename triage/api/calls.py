@@ -114,6 +114,11 @@ class AssessmentOutputSerializer(serializers.Serializer):
         child=serializers.CharField(), help_text='Why this level, e.g. ["B: fever during chemotherapy"]'
     )
     uncertain = serializers.BooleanField(help_text="Algorithm and model disagree or the probability is split")
+    alternative_esi = serializers.IntegerField(
+        allow_null=True, help_text="Uncertain: the other level a triage signal gave. The call is scheduled at the more "
+                                   "urgent of the two until a dispatcher confirms one")
+    level_confirmed_at = serializers.DateTimeField(allow_null=True)
+    level_confirmed_by = serializers.CharField(source="level_confirmed_by.get_username", allow_null=True, default=None)
     findings = serializers.ListField(child=serializers.CharField(), help_text="What the caller said, as findings")
     catalogue_version = serializers.CharField(allow_blank=True)
     protocol = ProtocolSelectionOutputSerializer(source="*", help_text="The dispatch protocol selected for the call")

@@ -134,6 +134,8 @@ def call_state(
         "decision_point": assessment.decision_point if assessment else None,
         "reasons": list(assessment.reasons) if assessment else [],
         "uncertain": bool(assessment and assessment.uncertain),
+        # held at the more urgent of the two levels an uncertain verdict named, until a dispatcher confirms one
+        "held": bool(assessment and assessment.awaiting_confirmation and call.level != assessment.predicted_esi),
         "protocol": protocol_state(assessment, library),
         "off_protocol": call.off_protocol_sentences > 0,
         "tier_id": call.tier_id,

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from judgment.predictors.protocol import ProtocolChoice
 from judgment.protocols import ProtocolLibrary, load_library
-from scheduler.config import tier_claiming
+from scheduler.config import scheduling_level, tier_claiming
 from triage.contracts import StreamEntry
 from triage.metrics import calls_triaged
 from triage.models import (
@@ -60,6 +60,7 @@ class Prediction(Protocol):
     decision_point: str
     reasons: Sequence[str]
     uncertain: bool
+    alternative_esi: int | None
     findings: Sequence[str]
     protocol: ProtocolChoice | None
     patient_age: float | None
@@ -70,10 +71,18 @@ def tier_for_level(level: int, tiers: Iterable[Tier] | None = None) -> Tier | No
     return tier_claiming(level, tiers if tiers is not None else Tier.objects.all(), lambda tier: tier.esi_levels or [])
 
 
+def uncertain_against(prediction: Prediction) -> int | None:
+    """The other level an uncertain verdict named (None when the verdict is certain or names none)."""
+    return prediction.alternative_esi if prediction.uncertain else None
+
+
 def _check_prediction(call: Call, prediction: Prediction) -> None:
     probabilities = list(prediction.probabilities)
     if prediction.esi not in ESI_LEVELS or len(probabilities) != len(ESI_LEVELS):
         raise DomainError(f"invalid prediction for call {call.pk}", fields={"esi": [f"got {prediction.esi}"]})
+    if uncertain_against(prediction) not in (None, *ESI_LEVELS):
+        raise DomainError(f"invalid prediction for call {call.pk}",
+                          fields={"alternative_esi": [f"got {prediction.alternative_esi}"]})
     if prediction.decision_point not in DecisionPoint.values or not list(prediction.reasons):
         raise DomainError(
             f"invalid prediction for call {call.pk}",
@@ -92,6 +101,9 @@ def calls_triage_record(
 ) -> list[Call]:
     """Record one micro-batch of verdicts: ``received → triaged``, then (on commit) ``triaged → queued``.
 
+    A call uncertain between two levels is scheduled (``Call.level``) at the more urgent of the two until a
+    dispatcher confirms one (``call_confirm_level``) or overrides it; the assessment keeps the verdict.
+
     ``latency_ms`` is the classifier time per call in the batch. Every call must be ``received``.
     """
     if len(calls) != len(predictions):
@@ -107,8 +119,8 @@ def calls_triage_record(
             prediction = by_id[call.pk]
             _check_prediction(call, prediction)
             changed.update(call_transition_unsaved(call, CallStatus.TRIAGED, now=now))
-            call.level = prediction.esi
-            call.tier = tier_for_level(prediction.esi, tiers)
+            call.level = scheduling_level(prediction.esi, uncertain_against(prediction))
+            call.tier = tier_for_level(call.level, tiers)
             assessments.append(_assessment(call, prediction, model_version, latency_ms, catalogue_version, library))
             audits.append(_triaged_audit(call, prediction, model_version, catalogue_version, actor))
             call_changed_on_commit(call.pk)
@@ -139,6 +151,7 @@ def _assessment(
         decision_point=prediction.decision_point,
         reasons=[str(r) for r in prediction.reasons],
         uncertain=bool(prediction.uncertain),
+        alternative_esi=uncertain_against(prediction),
         findings=[str(f) for f in prediction.findings],
         catalogue_version=catalogue_version,
     )
@@ -169,6 +182,7 @@ def _triaged_audit(
         data={
             "esi": prediction.esi, "decision_point": prediction.decision_point,
             "reasons": [str(r) for r in prediction.reasons], "uncertain": bool(prediction.uncertain),
+            "alternative_esi": uncertain_against(prediction), "scheduled_level": call.level,
             "model_version": model_version, "catalogue_version": catalogue_version,
             "protocol": prediction.protocol.protocol if prediction.protocol else None,
             "protocol_confidence": round(prediction.protocol.confidence, 4) if prediction.protocol else None,

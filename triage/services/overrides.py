@@ -1,4 +1,5 @@
-"""A dispatcher overrides the ESI level of a triaged call; the running scheduler re-prioritises at once."""
+"""A dispatcher sets the ESI level of a triaged call: overrides it, or confirms one of the two levels an uncertain
+verdict named (the call is held at the more urgent until then); the running scheduler re-prioritises at once."""
 
 from __future__ import annotations
 
@@ -60,6 +61,45 @@ def call_override_level(
         call_changed_on_commit(locked.pk)
         control_publish_on_commit(Reprioritise(call_id=locked.pk, level=level,
                                                tier=locked.tier.name if locked.tier else None))
+    call.level, call.tier = locked.level, locked.tier
+    return locked
+
+
+def call_confirm_level(*, call: Call, level: int, user: AbstractBaseUser) -> Call:
+    """Confirm ``level``, one of the two an uncertain verdict named (its level or the alternative): the call
+    leaves the more urgent level it was held at, or stays there, now confirmed. Dispatchers only; no reason
+    asked (a level the dispatcher thinks neither of is an override). Publishes ``reprioritise`` after the commit
+    when the level changes."""
+    if not is_dispatcher(user):
+        raise NotAllowed("only dispatchers may confirm a call's level")
+    with transaction.atomic():
+        locked = Call.objects.select_for_update().get(pk=call.pk)
+        if locked.status in FINAL_STATUSES:
+            raise Conflict(f"a {locked.status} call cannot be re-prioritised", fields={"esi": ["call is finished"]})
+        assessment = TriageAssessment.objects.filter(call=locked).first()
+        if assessment is None or not assessment.awaiting_confirmation:
+            raise Conflict("the call's level is not awaiting confirmation",
+                           fields={"esi": ["nothing to confirm: the verdict is certain, or already confirmed"]})
+        choices = (assessment.predicted_esi, assessment.alternative_esi)
+        if isinstance(level, bool) or level not in choices:
+            raise field_error("esi", f"Must be one of the two levels the verdict named: {choices[0]} or {choices[1]}.",
+                              code="invalid_choice")
+        previous = locked.level
+        assessment.level_confirmed_by = user
+        assessment.level_confirmed_at = timezone.now()
+        assessment.save(update_fields=["level_confirmed_by", "level_confirmed_at"])
+        locked.level = level
+        locked.tier = tier_for_level(level)
+        locked.save(update_fields=["level", "tier"])
+        audit_record(
+            action=AuditAction.CALL_LEVEL_CONFIRMED, actor=user, call=locked,
+            data={"from_level": previous, "to_level": level, "verdict": assessment.predicted_esi,
+                  "alternative_esi": assessment.alternative_esi},
+        )
+        call_changed_on_commit(locked.pk)
+        if level != previous:
+            control_publish_on_commit(Reprioritise(call_id=locked.pk, level=level,
+                                                   tier=locked.tier.name if locked.tier else None))
     call.level, call.tier = locked.level, locked.tier
     return locked
 

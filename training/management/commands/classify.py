@@ -43,7 +43,7 @@ def protocol_json(choice: Any, library: Any) -> dict[str, Any] | None:
 
 class Command(BaseCommand):
     help = (
-        'Print {"id", "esi", "decision_point", "reasons", "uncertain", "findings", "protocol", "probabilities", '
+        'Print {"id", "esi", "decision_point", "reasons", "uncertain", "alternative_esi", "findings", "protocol", "probabilities", '
         '"predicted_output_tokens"} per line of a JSONL file ("-": stdin); "protocol" is {"id", "version", '
         '"confidence", "runner_up"}, id "unclear" below the selector\'s confidence threshold.'
     )
@@ -76,7 +76,7 @@ class Command(BaseCommand):
                     "esi": p.esi,
                     "decision_point": p.decision_point,
                     "reasons": list(p.reasons),
-                    "uncertain": p.uncertain,
+                    "uncertain": p.uncertain, "alternative_esi": p.alternative_esi,
                     "findings": list(p.findings),
                     "protocol": protocol_json(p.protocol, library),
                     "probabilities": list(p.probabilities),

@@ -3,12 +3,15 @@ the findings sets. No database needed.
 
     python manage.py evaluate_triage                      # every set, a table
     python manage.py evaluate_triage --json               # the metrics, for BENCHMARKS.md
+    python manage.py evaluate_triage --sets independent --findings-sets '' \
+        --urgency-errors fixtures/evaluation/urgency-errors-independent.json   # the simulator's error model
 """
 
 from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,9 @@ class Command(BaseCommand):
         parser.add_argument("--findings-sets", default=",".join(_findings_sets()),
                             help="comma-separated findings sets ('' for none)")
         parser.add_argument("--json", action="store_true", help="print the metrics as JSON")
+        parser.add_argument("--urgency-errors", type=Path, metavar="FILE",
+                            help="also write the verdicts on --sets per true level, for the simulator "
+                                 "(scheduler.workloads.UrgencyErrorModel)")
 
     def handle(self, *args: Any, **options: Any) -> None:
         import torch
@@ -42,7 +48,7 @@ class Command(BaseCommand):
         torch.set_num_threads(1)  # as the Celery triage worker runs it
         predictor.predict(["warm-up call"])
         family_of = training.protocol_families()
-        results = {}
+        results, verdicts = {}, Counter()
         for name in options["sets"].split(","):
             if name not in training.EVALUATION_SETS:
                 raise CommandError(f"--sets: unknown set {name!r} (known: {', '.join(training.EVALUATION_SETS)})")
@@ -51,6 +57,10 @@ class Command(BaseCommand):
             predictions = training.predict_records(predictor, records, chunk=32)
             cpu_ms = (time.process_time() - started) * 1000 / max(1, len(records))
             results[name] = {**training.evaluate(predictions, records, family_of), "cpu_ms_per_call": round(cpu_ms, 1)}
+            verdicts.update((int(r["esi"]), p.esi, p.alternative_esi if p.uncertain else None)
+                            for r, p in zip(records, predictions, strict=True))
+        if options["urgency_errors"]:
+            _write_urgency_errors(options["urgency_errors"], options["sets"], predictor.version, verdicts)
         findings = {name: _findings_metrics(name, predictor.catalogue)
                     for name in filter(None, options["findings_sets"].split(","))}
         report = {"version": predictor.version, "catalogue": predictor.catalogue_version, "sets": results,
@@ -75,6 +85,15 @@ class Command(BaseCommand):
         for name, f in findings.items():
             self.stdout.write(f"{name:<21} {f['calls']:<6} {f['precision']:.3f}      {f['recall']:.3f}   "
                               f"{f['assertion_accuracy']:.3f}               {f['calls_with_contradictions']}")
+
+
+def _write_urgency_errors(path: Path, sets: str, version: str, verdicts: Counter) -> None:
+    rows = [{"true": true, "level": level, "alternative": alternative, "calls": n}
+            for (true, level, alternative), n in sorted(verdicts.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2] or 0))]
+    data = {"source": f"evaluate_triage --sets {sets}", "predictors": version,
+            "note": "per true ESI level: the level the classifier gave and, when uncertain, the other level it named",
+            "verdicts": rows}
+    path.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
 
 
 def _esi_sets() -> tuple[str, ...]:
