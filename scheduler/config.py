@@ -18,6 +18,9 @@ MOST_URGENT, LEAST_URGENT = ESI_LEVELS[0], ESI_LEVELS[-1]
 # the middle of the scale, so it neither jumps the urgent calls nor starves, and a short answer.
 UNTRIAGED_LEVEL = 3
 UNPREDICTED_OUTPUT_TOKENS = 64
+# The levels a surge must not slow: they keep their full guidance, and only they may take the extra batch slots
+# the surge controller opens (scheduler/slo.py).
+PROTECTED_LEVELS = (1, 2)
 TIER_NAMES = {1: "Immediate", 2: "Emergent", 3: "Urgent", 4: "Less urgent", 5: "Non-urgent"}
 EVICTION_MODES = ("cost", "recompute", "swap")
 STAGE_MERGE_MODES = ("level", "paper", "strict")
@@ -127,6 +130,9 @@ class SchedulerConfig:
     preempt_within_level: bool = True
     # TRAIL's C for the `trail` policy when limited_preemption_c is None.
     trail_default_c: float = 0.8
+    # Slots past batch_size that only requests of a PROTECTED_LEVELS (effective) level may take. Set by the surge
+    # controller in protect mode (scheduler/slo.py), not by an administrator: 0 outside a surge.
+    surge_extra_slots: int = 0
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -137,6 +143,8 @@ class SchedulerConfig:
             raise ValueError(f"eviction must be one of {EVICTION_MODES}")
         if self.stage_merge not in STAGE_MERGE_MODES:
             raise ValueError(f"stage_merge must be one of {STAGE_MERGE_MODES}")
+        if self.surge_extra_slots < 0:
+            raise ValueError("surge_extra_slots must be >= 0")
         if not 0.0 <= self.lower_prefill_share < 1.0:
             raise ValueError("lower_prefill_share must be in [0, 1)")
         if self.limited_preemption_c is not None and self.limited_preemption_c < 0:

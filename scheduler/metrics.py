@@ -3,7 +3,9 @@
 - waiting time = completion - arrival (sojourn, the request's own service included); normalized waiting
   time = waiting time per generated token; TTFT = first token - arrival; E2E = completion - arrival.
 - SLO attainment: share of requests meeting both their tier's mean TTFT and mean E2E targets (``meets_slo``,
-  ``slo_attainment``: the simulator, the load test and the dispatcher board all count it with these).
+  ``slo_attainment``: the simulator, the load test and the dispatcher board all count it with these); per
+  measure, the share within the tier's mean target (``share_within``: TTFT, TPOT = seconds per token after the
+  first, E2E; the SLO monitor of ``scheduler.slo`` counts it the same way).
 - TDG ratio (PROSERVE): sum of weights of tokens delivered by their deadline over the sum of all weights;
   token i of a request is due at arrival + TTFT target + (i - 1) * TPOT target, weighs the tier's
   ``tdg_weight`` times ``FIRST_TOKEN_WEIGHT`` for the first token, times 1 after.
@@ -38,6 +40,12 @@ class RequestOutcome:
     preemptions: int
     ttft_target_s: float
     e2e_target_s: float
+    tpot_target_s: float = 0.0  # 0: TPOT attainment not counted
+
+
+def share_within(values: Sequence[float], bound: float) -> float | None:
+    """The share of ``values`` at most ``bound``; None for none."""
+    return sum(v <= bound for v in values) / len(values) if len(values) else None
 
 
 def slo_targets(tier: TierPolicy) -> tuple[float, float]:
@@ -67,6 +75,8 @@ def summarise(outcomes: Sequence[RequestOutcome]) -> dict[str, float]:
     ttft = np.array([o.first_token_s - o.arrival_s for o in outcomes])
     tokens = np.array([max(1, o.output_tokens) for o in outcomes])
     tpot = np.array([(o.finish_s - o.first_token_s) / (o.output_tokens - 1) for o in outcomes if o.output_tokens > 1])
+    tpot_met = [(o.finish_s - o.first_token_s) / (o.output_tokens - 1) <= o.tpot_target_s
+                for o in outcomes if o.output_tokens > 1 and o.tpot_target_s > 0]
     met = [
         meets_slo(ttft_s=o.first_token_s - o.arrival_s, e2e_s=o.finish_s - o.arrival_s,
                   ttft_target_s=o.ttft_target_s, e2e_target_s=o.e2e_target_s)
@@ -87,6 +97,8 @@ def summarise(outcomes: Sequence[RequestOutcome]) -> dict[str, float]:
         "e2e_mean": _round(wait.mean()),
         "e2e_p99": _round(p(wait, 99)),
         "slo_attainment": _round(slo_attainment(met)),
+        "ttft_attainment": _round(np.mean([t <= o.ttft_target_s for t, o in zip(ttft, outcomes, strict=True)])),
+        **({"tpot_attainment": _round(np.mean(tpot_met))} if tpot_met else {}),
         "preemptions_mean": _round(np.mean([o.preemptions for o in outcomes])),
     }
 

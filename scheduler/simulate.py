@@ -30,11 +30,13 @@ from scheduler.decision import Decision
 from scheduler.metrics import RequestOutcome, TdgAccumulator, by_esi, slo_targets, summarise
 from scheduler.policies import POLICIES, BaseScheduler, make_scheduler
 from scheduler.request import Request, Stage
+from scheduler.slo import SloWindow, SurgeController, surge_config, ttft_at_risk
 from scheduler.workloads import (
     Arrival,
     Prediction,
     UrgencyErrorModel,
     burst_workload,
+    mass_casualty_workload,
     paper_workload,
     poisson_workload,
     predict,
@@ -96,6 +98,7 @@ class SimResult:
             "tdg_ratio": round(self.tdg_ratio, 6),
             "iterations": self.iterations,
             "makespan_s": round(self.makespan_s, 6),
+            **self.extra,
         }
 
 
@@ -150,11 +153,13 @@ def drive(
 
 def simulate(
     config: SchedulerConfig, cost: CostModel, arrivals: Sequence[Arrival], predictions: Sequence[Prediction],
-    *, progress: bool = False, uncertainty_rule: bool = True,
+    *, progress: bool = False, uncertainty_rule: bool = True, surge_control: bool = False,
 ) -> SimResult:
     """Run one policy over a workload to completion; deterministic. O(iterations x b + n log n).
     ``uncertainty_rule``: a prediction that names an alternative level is scheduled at the more urgent of the two
-    (``scheduler.config.scheduling_level``), as the live triage stage does."""
+    (``scheduler.config.scheduling_level``), as the live triage stage does. ``surge_control``: the SLO monitor
+    and surge controller (``scheduler.slo``) switch the configuration as the live worker's do; the mode changes
+    are in ``extra["surge_modes"]``."""
     scheduler = make_scheduler(config, cost)
     order = sorted(range(len(arrivals)), key=lambda i: (arrivals[i].t_s, i))
     requests: list[Request] = []
@@ -168,18 +173,22 @@ def simulate(
             payload={"true_level": a.esi, "tier": tier},
         ))
     tdg = TdgAccumulator()
+    surge = _SurgeLoop(config, cost) if surge_control else None
 
     def on_token(r: Request, index: int, t_s: float) -> None:
         tier = r.payload["tier"]
         tdg.token(index=index, t_s=t_s, arrival_s=r.arrival_s, ttft_target_s=tier.ttft_target_mean_s,
                   tpot_target_s=tier.tpot_target_s, weight=tier.tdg_weight)
+        if surge is not None:
+            surge.on_token(r, index, t_s)
 
     bar = None
     if progress:
         from tqdm import tqdm
 
         bar = tqdm(total=len(requests), desc=config.policy, unit="req", file=sys.stderr, leave=False)
-    done, clock, iterations, generated = drive(scheduler, requests, cost, on_token=on_token, progress=bar)
+    done, clock, iterations, generated = drive(scheduler, requests, cost, on_token=on_token, progress=bar,
+                                               observer=surge.observe if surge is not None else None)
     if bar is not None:
         bar.close()
     def outcome(r: Request) -> RequestOutcome:
@@ -187,7 +196,7 @@ def simulate(
         return RequestOutcome(
             esi=r.payload["true_level"], arrival_s=r.arrival_s, first_token_s=r.first_token_s, finish_s=r.finish_s,
             output_tokens=r.generated_tokens, preemptions=r.preemptions,
-            ttft_target_s=ttft_target_s, e2e_target_s=e2e_target_s,
+            ttft_target_s=ttft_target_s, e2e_target_s=e2e_target_s, tpot_target_s=r.payload["tier"].tpot_target_s,
         )
 
     outcomes = [outcome(r) for r in done]
@@ -198,7 +207,44 @@ def simulate(
         preemptions=scheduler.preemptions, swapped_tokens=scheduler.swapped_tokens,
         recomputed_tokens=scheduler.recomputed_tokens, peak_kv_blocks=scheduler.memory.peak_blocks,
         makespan_s=clock - start, generated_tokens=generated, tdg_ratio=tdg.ratio, iterations=iterations,
+        extra={"surge_modes": surge.changes} if surge is not None else {},
     )
+
+
+class _SurgeLoop:
+    """The live worker's SLO loop on the simulator's clock: measurements from the tokens, a decision each
+    ``every_s`` of virtual time, the mode's configuration applied from the next decision on."""
+
+    def __init__(self, config: SchedulerConfig, cost: CostModel, every_s: float = 1.0) -> None:
+        self.base, self.cost, self.every_s = config, cost, every_s
+        self.window, self.controller = SloWindow(), SurgeController()
+        self.tier_of = {level: config.tier_for(None, level) for level in ESI_LEVELS}
+        self.first_token_s: dict[str, float] = {}
+        self.next_s = 0.0
+        self.changes: list[tuple[float, str]] = []
+
+    def on_token(self, r: Request, index: int, t_s: float) -> None:
+        if index == 1:
+            self.first_token_s[r.id] = t_s
+            self.window.first_token(r.level, t_s - r.arrival_s, t_s)
+        if r.true_output_tokens is not None and index >= r.true_output_tokens:
+            first = self.first_token_s.pop(r.id, t_s)
+            tpot = (t_s - first) / (index - 1) if index > 1 else None
+            self.window.done(r.level, t_s - r.arrival_s, tpot, t_s)
+
+    def observe(self, clock: float, decision: Decision, scheduler: BaseScheduler) -> None:
+        if clock < self.next_s:
+            return
+        self.next_s = clock + self.every_s
+        waiting = [r for r in scheduler.requests.values() if r.first_token_s is None] + list(scheduler.arrival_buffer)
+        risk = ttft_at_risk(waiting, scheduler.running, self.cost, scheduler.config, clock)
+        mode = self.controller.update(clock, self.window.attainment(clock, self.tier_of), risk,
+                                      widened_in_use=len(scheduler.running) > self.base.batch_size)
+        if mode is not None:
+            running = scheduler.running
+            context = sum(r.context_tokens for r in running) / len(running) if running else 512.0
+            scheduler.update_config(surge_config(self.base, mode, self.cost, context))
+            self.changes.append((round(clock, 3), str(mode)))
 
 
 def _config_summary(config: SchedulerConfig, cost: CostModel) -> dict[str, Any]:
@@ -221,6 +267,9 @@ def build_workload(args: argparse.Namespace) -> tuple[list[Arrival], list[Predic
         arrivals = paper_workload(rng, gap_s=args.gap, concurrency=args.concurrency, slots=args.slots)
     elif args.workload == "poisson":
         arrivals = poisson_workload(rng, rate_per_s=args.rate, requests=args.requests)
+    elif args.workload == "mass-casualty":
+        arrivals = mass_casualty_workload(rng, background_rate_per_s=args.rate, duration_s=args.duration,
+                                          burst_size=args.concurrency, burst_at_s=args.burst_at)
     elif args.workload == "burst":
         arrivals = burst_workload(rng, bursts=args.slots, burst_size=args.concurrency, gap_s=args.gap,
                                   background_rate_per_s=args.rate if args.rate else 0.0)
@@ -229,6 +278,9 @@ def build_workload(args: argparse.Namespace) -> tuple[list[Arrival], list[Predic
             raise SystemExit("--workload trace needs --trace FILE.jsonl")
         with open(args.trace, encoding="utf-8") as f:
             arrivals = trace_workload(f)
+    if args.levels:  # the same calls, only these true levels: e.g. the ESI-1 calls replayed alone (a floor)
+        keep = {int(level) for level in args.levels.split(",")}
+        arrivals = [a for a in arrivals if a.esi in keep]
     predictions = predict(
         random.Random(args.seed + 1), arrivals, exact_lengths=args.true_lengths,
         urgency_error_rate=args.urgency_error, urgency_error_distance=args.urgency_error_distance,
@@ -261,13 +313,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m scheduler.simulate", description=__doc__.split("\n\n")[0])
     ap.add_argument("--policy", default="semantic", help=f"comma-separated, from {','.join(POLICIES)}")
     ap.add_argument("--profile", default="a100-4b", choices=sorted(PRESETS))
-    ap.add_argument("--workload", default="paper", choices=("paper", "poisson", "burst", "trace"))
+    ap.add_argument("--workload", default="paper", choices=("paper", "poisson", "burst", "mass-casualty", "trace"))
     ap.add_argument("--gap", type=float, default=1.0, help="seconds between arrival slots (paper, burst)")
     ap.add_argument("--concurrency", type=int, default=100, help="max requests per slot (paper), burst size")
     ap.add_argument("--slots", type=int, default=20, help="arrival slots (paper), bursts (burst)")
     ap.add_argument("--rate", type=float, default=10.0, help="arrivals per second (poisson; burst background)")
     ap.add_argument("--requests", type=int, default=1000, help="number of requests (poisson)")
     ap.add_argument("--trace", help="JSONL trace: t, esi, prompt_tokens, output_tokens")
+    ap.add_argument("--duration", type=float, default=300.0, help="seconds of background (mass-casualty)")
+    ap.add_argument("--burst-at", type=float, default=60.0, help="when the burst lands (mass-casualty)")
+    ap.add_argument("--surge-control", action="store_true", help="the SLO monitor switches the configuration")
+    ap.add_argument("--levels", help="keep only these true ESI levels of the workload (e.g. 1: the ESI-1 floor)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", type=int, default=SchedulerConfig.batch_size)
     ap.add_argument("--block-size", type=int, default=16)
@@ -345,7 +401,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     progress = not args.no_progress and len(arrivals) >= 2000
     results = [
         simulate(build_config(args, p, cost), cost, arrivals, predictions, progress=progress,
-                 uncertainty_rule=args.uncertainty_rule).to_json()
+                 uncertainty_rule=args.uncertainty_rule, surge_control=args.surge_control).to_json()
         for p in policies
     ]
     if args.json:

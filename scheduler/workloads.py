@@ -148,6 +148,34 @@ def burst_workload(
     return arrivals
 
 
+# Mass-casualty mixes, an assumption to vary, not a measurement: the background is an ordinary day's calls (most
+# ESI 3-4, few ESI 1), the burst an incident's casualties (far more ESI 1-2, the walking wounded at 4-5).
+BACKGROUND_ESI_MIX = {1: 0.02, 2: 0.15, 3: 0.40, 4: 0.30, 5: 0.13}
+CASUALTY_ESI_MIX = {1: 0.15, 2: 0.30, 3: 0.25, 4: 0.20, 5: 0.10}
+
+
+def _level(rng: random.Random, mix: Mapping[int, float]) -> int:
+    return rng.choices(list(mix), weights=list(mix.values()))[0]
+
+
+def mass_casualty_workload(
+    rng: random.Random, *, background_rate_per_s: float, duration_s: float, burst_size: int, burst_at_s: float,
+    burst_spread_s: float = 10.0,
+) -> list[Arrival]:
+    """A Poisson background over ``duration_s`` (``BACKGROUND_ESI_MIX``) and a burst of ``burst_size`` calls
+    spread uniformly over ``burst_spread_s`` from ``burst_at_s`` (``CASUALTY_ESI_MIX``); lengths as the paper's."""
+    arrivals = []
+    t = rng.expovariate(background_rate_per_s) if background_rate_per_s > 0 else duration_s
+    while t < duration_s:
+        arrivals.append(Arrival(t, _level(rng, BACKGROUND_ESI_MIX), rng.randint(1, 499), rng.randint(1, 499)))
+        t += rng.expovariate(background_rate_per_s)
+    for _ in range(burst_size):
+        at = burst_at_s + rng.uniform(0.0, burst_spread_s)
+        arrivals.append(Arrival(at, _level(rng, CASUALTY_ESI_MIX), rng.randint(1, 499), rng.randint(1, 499)))
+    arrivals.sort(key=lambda a: a.t_s)
+    return arrivals
+
+
 def trace_workload(lines: Iterable[str]) -> list[Arrival]:
     """Replay JSONL lines ``{"t", "esi", "prompt_tokens", "output_tokens"}`` (blank lines skipped)."""
     arrivals = []
