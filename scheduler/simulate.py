@@ -30,7 +30,7 @@ from scheduler.decision import Decision
 from scheduler.metrics import RequestOutcome, TdgAccumulator, by_esi, slo_targets, summarise
 from scheduler.policies import POLICIES, BaseScheduler, make_scheduler
 from scheduler.request import Request, Stage
-from scheduler.slo import SloWindow, SurgeController, surge_config, ttft_at_risk
+from scheduler.slo import SimulatedSurgeLoop
 from scheduler.workloads import (
     Arrival,
     Prediction,
@@ -173,7 +173,7 @@ def simulate(
             payload={"true_level": a.esi, "tier": tier},
         ))
     tdg = TdgAccumulator()
-    surge = _SurgeLoop(config, cost) if surge_control else None
+    surge = SimulatedSurgeLoop(config) if surge_control else None
 
     def on_token(r: Request, index: int, t_s: float) -> None:
         tier = r.payload["tier"]
@@ -209,42 +209,6 @@ def simulate(
         makespan_s=clock - start, generated_tokens=generated, tdg_ratio=tdg.ratio, iterations=iterations,
         extra={"surge_modes": surge.changes} if surge is not None else {},
     )
-
-
-class _SurgeLoop:
-    """The live worker's SLO loop on the simulator's clock: measurements from the tokens, a decision each
-    ``every_s`` of virtual time, the mode's configuration applied from the next decision on."""
-
-    def __init__(self, config: SchedulerConfig, cost: CostModel, every_s: float = 1.0) -> None:
-        self.base, self.cost, self.every_s = config, cost, every_s
-        self.window, self.controller = SloWindow(), SurgeController()
-        self.tier_of = {level: config.tier_for(None, level) for level in ESI_LEVELS}
-        self.first_token_s: dict[str, float] = {}
-        self.next_s = 0.0
-        self.changes: list[tuple[float, str]] = []
-
-    def on_token(self, r: Request, index: int, t_s: float) -> None:
-        if index == 1:
-            self.first_token_s[r.id] = t_s
-            self.window.first_token(r.level, t_s - r.arrival_s, t_s)
-        if r.true_output_tokens is not None and index >= r.true_output_tokens:
-            first = self.first_token_s.pop(r.id, t_s)
-            tpot = (t_s - first) / (index - 1) if index > 1 else None
-            self.window.done(r.level, t_s - r.arrival_s, tpot, t_s)
-
-    def observe(self, clock: float, decision: Decision, scheduler: BaseScheduler) -> None:
-        if clock < self.next_s:
-            return
-        self.next_s = clock + self.every_s
-        waiting = [r for r in scheduler.requests.values() if r.first_token_s is None] + list(scheduler.arrival_buffer)
-        risk = ttft_at_risk(waiting, scheduler.running, self.cost, scheduler.config, clock)
-        mode = self.controller.update(clock, self.window.attainment(clock, self.tier_of), risk,
-                                      widened_in_use=len(scheduler.running) > self.base.batch_size)
-        if mode is not None:
-            running = scheduler.running
-            context = sum(r.context_tokens for r in running) / len(running) if running else 512.0
-            scheduler.update_config(surge_config(self.base, mode, self.cost, context))
-            self.changes.append((round(clock, 3), str(mode)))
 
 
 def _config_summary(config: SchedulerConfig, cost: CostModel) -> dict[str, Any]:

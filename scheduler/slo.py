@@ -10,8 +10,8 @@
   prediction sees the queue the moment the burst lands.
 - ``SurgeController`` is the mode machine, with hysteresis: ``normal`` → ``protect`` when a protected level's
   attainment falls below ``enter_below`` or a protected call is at risk; back to ``normal`` only after
-  ``min_dwell_s`` in which every protected level's attainment stayed at least ``leave_above`` and nothing was at
-  risk. ``protect`` opens extra batch slots that only ESI-1 and ESI-2 calls may take (``surge_config``,
+  ``min_dwell_s`` in which nothing was at risk and every protected level's attainment stayed at least
+  ``leave_above`` (or no protected call was waiting or running: the burst is over). ``protect`` opens extra batch slots that only ESI-1 and ESI-2 calls may take (``surge_config``,
   ``SchedulerConfig.surge_extra_slots``): every waiting protected call gets its first token sooner, for a longer
   decode step, and the batch is widened only as far as keeps the protected tiers' TPOT target by the cost model
   (and the KV cache allows). The lower tiers keep the administrator's batch, so the extra width drains when the
@@ -32,7 +32,9 @@ from enum import StrEnum
 
 from scheduler.config import ESI_LEVELS, PROTECTED_LEVELS, SchedulerConfig, TierPolicy
 from scheduler.cost import CostModel
+from scheduler.decision import Decision
 from scheduler.metrics import share_within
+from scheduler.policies import BaseScheduler
 from scheduler.request import Request
 
 WINDOW_S = 60.0
@@ -139,6 +141,12 @@ def protect_batch_size(base: SchedulerConfig, cost: CostModel, mean_context_toke
     return max(base.batch_size, min(MAX_BATCH_WIDENING * base.batch_size, widest))
 
 
+def protected_idle(scheduler: BaseScheduler) -> bool:
+    """No protected-level request waits or runs in ``scheduler``. O(n)."""
+    pending = (*scheduler.requests.values(), *scheduler.arrival_buffer)
+    return not any(r.level in PROTECTED_LEVELS for r in pending)
+
+
 def surge_config(base: SchedulerConfig, mode: SurgeMode, cost: CostModel, mean_context_tokens: float
                  ) -> SchedulerConfig:
     """The configuration a mode runs: ``base`` (the administrator's) in normal mode; in protect mode the batch
@@ -160,19 +168,20 @@ class SurgeController:
     since_s: float = 0.0  # when the current mode was entered
     calm_since_s: float | None = None  # protect mode: since when every signal has been good
 
-    def update(self, now_s: float, attainment: Mapping[int, Attainment], at_risk: bool, *, widened_in_use: bool = False
-               ) -> SurgeMode | None:
+    def update(self, now_s: float, attainment: Mapping[int, Attainment], at_risk: bool, *, widened_in_use: bool = False,
+               protected_idle: bool = False) -> SurgeMode | None:
         """The new mode when it changes now, else None. ``widened_in_use``: protected calls hold the extra slots;
         leaving now would narrow the batch under them, so the calm starts only once it has drained to its
-        normal width."""
+        normal width. ``protected_idle``: no protected call waits or runs, so the window's past misses no
+        longer say anything about the queue (the burst is over): they neither hold the mode nor enter it."""
         shares = [a.share[m] for level, a in attainment.items() if level in self.protected for m in ("ttft", "tpot")
                   if a.share[m] is not None and a.calls[m] >= self.min_calls]
         worst = min(shares, default=1.0)
         if self.mode is SurgeMode.NORMAL:
-            if at_risk or worst < self.enter_below:
+            if at_risk or (worst < self.enter_below and not protected_idle):
                 return self._enter(SurgeMode.PROTECT, now_s)
             return None
-        if at_risk or worst < self.leave_above or widened_in_use:
+        if at_risk or widened_in_use or (worst < self.leave_above and not protected_idle):
             self.calm_since_s = None
             return None
         if self.calm_since_s is None:
@@ -184,3 +193,70 @@ class SurgeController:
     def _enter(self, mode: SurgeMode, now_s: float) -> SurgeMode:
         self.mode, self.since_s, self.calm_since_s = mode, now_s, None
         return mode
+
+
+UNMEASURED_CONTEXT_TOKENS = 512.0  # a request's context before any runs (a prompt and a plan's read-out)
+
+
+@dataclass
+class SurgeDriver:
+    """The monitor and the controller over one scheduler, on its caller's clock: ``decide`` at most every
+    ``every_s`` returns the configuration to run when the mode changes. The simulator and the inference worker
+    both drive it; ``admin`` is the administrator's configuration, without the surge's changes."""
+
+    admin: SchedulerConfig
+    window: SloWindow = field(default_factory=SloWindow)
+    controller: SurgeController = field(default_factory=SurgeController)
+    every_s: float = 1.0
+    _next_s: float = float("-inf")
+    last_risk: bool = False
+    last_attainment: dict[int, Attainment] = field(default_factory=dict)
+
+    @property
+    def mode(self) -> SurgeMode:
+        return self.controller.mode
+
+    def decide(self, now_s: float, scheduler: BaseScheduler) -> SchedulerConfig | None:
+        if now_s < self._next_s:
+            return None
+        self._next_s = now_s + self.every_s
+        waiting = [r for r in scheduler.requests.values() if r.first_token_s is None]
+        waiting += list(scheduler.arrival_buffer)
+        self.last_risk = ttft_at_risk(waiting, scheduler.running, scheduler.cost, self.admin, now_s)
+        self.last_attainment = self.window.attainment(
+            now_s, {level: self.admin.tier_for(None, level) for level in ESI_LEVELS})
+        mode = self.controller.update(now_s, self.last_attainment, self.last_risk,
+                                      widened_in_use=len(scheduler.running) > self.admin.batch_size,
+                                      protected_idle=protected_idle(scheduler))
+        return None if mode is None else self.effective(scheduler)
+
+    def effective(self, scheduler: BaseScheduler) -> SchedulerConfig:
+        """The administrator's configuration with the current mode's changes."""
+        running = scheduler.running
+        context = sum(r.context_tokens for r in running) / len(running) if running else UNMEASURED_CONTEXT_TOKENS
+        return surge_config(self.admin, self.mode, scheduler.cost, context)
+
+
+class SimulatedSurgeLoop:
+    """The worker's loop on the simulator's clock (``scheduler.simulate``): measurements from the tokens as the
+    simulator delivers them, the driver's decision once a second of virtual time, the mode's configuration
+    applied from the next decision on; ``changes`` lists (time, mode)."""
+
+    def __init__(self, config: SchedulerConfig) -> None:
+        self.driver = SurgeDriver(config)
+        self.first_token_s: dict[str, float] = {}
+        self.changes: list[tuple[float, str]] = []
+
+    def on_token(self, r: Request, index: int, t_s: float) -> None:
+        if index == 1:
+            self.first_token_s[r.id] = t_s
+            self.driver.window.first_token(r.level, t_s - r.arrival_s, t_s)
+        if r.true_output_tokens is not None and index >= r.true_output_tokens:
+            first = self.first_token_s.pop(r.id, t_s)
+            self.driver.window.done(r.level, t_s - r.arrival_s, (t_s - first) / (index - 1) if index > 1 else None, t_s)
+
+    def observe(self, clock: float, decision: Decision, scheduler: BaseScheduler) -> None:
+        config = self.driver.decide(clock, scheduler)
+        if config is not None:
+            scheduler.update_config(config)
+            self.changes.append((round(clock, 3), str(self.driver.mode)))

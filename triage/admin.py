@@ -102,7 +102,8 @@ class TierAdmin(RoleAdmin):
     form = TierForm
     list_display = (
         "name", "swatch", "sort_order", "levels", "ttft_target_mean_s", "ttft_target_p90_s",
-        "e2e_target_mean_s", "e2e_target_p90_s", "tdg_weight", "max_preemptions", "reserved_kv_fraction",
+        "e2e_target_mean_s", "e2e_target_p90_s", "tpot_target_s", "tdg_weight", "max_preemptions",
+        "reserved_kv_fraction",
     )
     list_editable = (
         "sort_order", "ttft_target_mean_s", "ttft_target_p90_s", "e2e_target_mean_s", "e2e_target_p90_s",
@@ -112,7 +113,8 @@ class TierAdmin(RoleAdmin):
     fieldsets = (
         (None, {"fields": ("name", "colour", "sort_order", "esi_levels")}),
         ("Service-level targets (seconds)", {
-            "fields": (("ttft_target_mean_s", "ttft_target_p90_s"), ("e2e_target_mean_s", "e2e_target_p90_s")),
+            "fields": (("ttft_target_mean_s", "ttft_target_p90_s"), ("e2e_target_mean_s", "e2e_target_p90_s"),
+                       "tpot_target_s"),
         }),
         ("Scheduling", {
             "fields": ("tdg_weight", "max_preemptions", "reserved_kv_fraction", "aging_step_s", "aging_ceiling_level"),

@@ -8,6 +8,7 @@ from django.db import models
 
 from scheduler.config import ESI_LEVELS, EVICTION_MODES, STAGE_MERGE_MODES, SchedulerConfig, TierPolicy
 from scheduler.policies import POLICIES
+from triage.audit_actions import AuditAction
 from triage.call_status import (  # noqa: F401 - re-exported: most modules look for them here
     ACTIVE_STATUSES,
     ALLOWED_TRANSITIONS,
@@ -72,6 +73,10 @@ class Tier(models.Model):
     ttft_target_p90_s = models.FloatField(validators=[MinValueValidator(0)])
     e2e_target_mean_s = models.FloatField(validators=[MinValueValidator(0)])
     e2e_target_p90_s = models.FloatField(validators=[MinValueValidator(0)])
+    tpot_target_s = models.FloatField(
+        default=TierPolicy.tpot_target_s, validators=[MinValueValidator(0)],
+        help_text="Seconds per guidance token after the first (a stream paused mid-sentence misses it)",
+    )
     tdg_weight = models.FloatField(default=1.0, validators=[MinValueValidator(0)])
     max_preemptions = models.PositiveSmallIntegerField(default=8)
     reserved_kv_fraction = models.FloatField(default=0.0, validators=[MinValueValidator(0), MaxValueValidator(0.9)])
@@ -94,8 +99,8 @@ class Tier(models.Model):
         return TierPolicy(
             name=self.name, esi_levels=tuple(self.esi_levels or ()), ttft_target_mean_s=self.ttft_target_mean_s,
             ttft_target_p90_s=self.ttft_target_p90_s, e2e_target_mean_s=self.e2e_target_mean_s,
-            e2e_target_p90_s=self.e2e_target_p90_s, tdg_weight=self.tdg_weight, max_preemptions=self.max_preemptions,
-            reserved_kv_fraction=self.reserved_kv_fraction, aging_step_s=self.aging_step_s,
+            e2e_target_p90_s=self.e2e_target_p90_s, tpot_target_s=self.tpot_target_s, tdg_weight=self.tdg_weight,
+            max_preemptions=self.max_preemptions, reserved_kv_fraction=self.reserved_kv_fraction, aging_step_s=self.aging_step_s,
             aging_ceiling_level=self.aging_ceiling_level,
         )
 
@@ -294,39 +299,6 @@ class TriageAssessment(models.Model):
     def awaiting_confirmation(self) -> bool:
         """Uncertain between two levels, and no dispatcher has confirmed one or overridden the level yet."""
         return self.alternative_esi is not None and self.level_confirmed_at is None and self.override_esi is None
-
-
-class AuditAction(models.TextChoices):
-    """What an audit row records: each kind of change, named once."""
-
-    CALL_CREATED = "call.created"
-    CALL_TRIAGED = "call.triaged"
-    CALL_QUEUED = "call.queued"
-    CALL_PREFILLING = "call.prefilling"
-    CALL_DECODING = "call.decoding"
-    CALL_PREEMPTED = "call.preempted"
-    CALL_DONE = "call.done"
-    CALL_FAILED = "call.failed"
-    CALL_CANCELLED = "call.cancelled"
-    CALL_LEVEL_OVERRIDDEN = "call.level_overridden"
-    CALL_LEVEL_CONFIRMED = "call.level_confirmed"
-    CALL_PROTOCOL_SWITCHED = "call.protocol_switched"
-    CALL_ACKNOWLEDGED = "call.acknowledged"
-    CALL_CLOSED = "call.closed"
-    API_CLIENT_CREATED = "api_client.created"
-    API_CLIENT_ROTATED = "api_client.rotated"
-    API_CLIENT_DEACTIVATED = "api_client.deactivated"
-    API_CLIENT_WEBHOOK_SET = "api_client.webhook_set"
-    API_CLIENT_WEBHOOK_SECRET_ROTATED = "api_client.webhook_secret_rotated"
-    SCHEDULER_SETTINGS_UPDATED = "scheduler_settings.updated"
-    TIER_CREATED = "tier.created"
-    TIER_UPDATED = "tier.updated"
-    TIER_DELETED = "tier.deleted"
-
-    @classmethod
-    def entered(cls, status: str) -> AuditAction:
-        """The action of a call's move into ``status``."""
-        return cls(f"call.{status}")
 
 
 class AuditEventQuerySet(models.QuerySet):

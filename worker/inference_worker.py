@@ -29,6 +29,7 @@ from worker.request_ids import request_id
 from .intake import StreamIntake, WorkerOptions
 from .metrics import WorkerMetrics
 from .sink import ResultSink
+from .surge import SurgeLoop
 
 log = logging.getLogger("worker")
 
@@ -52,6 +53,7 @@ class InferenceWorker:
         self.metrics = WorkerMetrics(engine, self.stats, self.guidance, worker=options.consumer)
         self.sink = ResultSink(client, options, self.intake, self.guidance, self.stats, readmit=self._readmit.append,
                                metrics=self.metrics)
+        self.surge = SurgeLoop(engine, self.metrics.slo, enabled=options.surge_control)
         self._threads: list[threading.Thread] = []
 
     # --- lifecycle ----------------------------------------------------------------------------------------
@@ -91,6 +93,8 @@ class InferenceWorker:
                 self._apply_config()
             if self._readmit:
                 self._admit_again()
+            if self.surge.tick() is not None:
+                self.metrics.surge_mode = self.surge.mode
             if self.engine.has_work():
                 self._record(self.engine.step())
             else:
@@ -178,7 +182,7 @@ class InferenceWorker:
         """Apply the stored settings between iterations; a new policy takes over every live request."""
         close_old_connections()
         before = self.engine.policy_name
-        config = scheduler_config_load(base=self.engine.current_config())
+        config = self.surge.administrator_changed(scheduler_config_load(base=self.surge.admin))
         self.engine.reconfigure(config)
         if self.engine.policy_name != before:
             log.info("scheduling policy switched from %s to %s", before, self.engine.policy_name)

@@ -46,6 +46,7 @@ class WorkerOptions:
     drain_timeout_s: float = 120.0
     metrics_port: int | None = None
     metrics_host: str = "127.0.0.1"
+    surge_control: bool = True  # the SLO monitor may change the schedule in a surge (worker/surge.py)
 
 
 def text(value: bytes | str) -> str:

@@ -19,6 +19,7 @@ from inference.executor import Executor
 from inference.guidance.follow import GuidanceFollower
 from scheduler.config import ESI_LEVELS
 from scheduler.decision import PreemptionMode
+from scheduler.slo import MEASURES, SloWindow, SurgeMode
 from triage.redis_clients import ENGINE_METRICS_KEY
 
 log = logging.getLogger("worker")
@@ -40,6 +41,8 @@ class WorkerMetrics:
         self._tokens_window: list[tuple[float, int]] = []
         self._last_published = 0.0
         self._http: WSGIServer | None = None
+        self.slo = SloWindow()  # the SLO monitor's measurements (the surge loop reads them too)
+        self.surge_mode = SurgeMode.NORMAL  # set by the surge loop
         self.snapshot = self.compute()  # what a scrape reads; the engine loop refreshes it
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_SnapshotCollector(self, worker))
@@ -65,7 +68,12 @@ class WorkerMetrics:
             if seq.request.id not in running:
                 depth[seq.request.level] += 1
         preemptions = {m: self.stats.get(f"preemptions_{m}", 0) for m in PREEMPTION_LABELS}
+        config = self.engine.current_config()
+        attainment = self.slo.attainment(time.time(), {level: config.tier_for(None, level) for level in ESI_LEVELS})
         return {
+            "surge_protect": int(self.surge_mode is SurgeMode.PROTECT),
+            "slo_attainment": {(str(level), measure): a.share[measure] for level, a in attainment.items()
+                               for measure in MEASURES if a.share[measure] is not None},
             "tokens_per_s": round(sum(n for _, n in self._tokens_window) / span, 1),
             "running": len(running),
             "waiting": sum(depth.values()),
@@ -100,10 +108,13 @@ class WorkerMetrics:
     def observe_first_token(self, level: int, waited_s: float) -> None:
         """A call's first token: ``waited_s`` since the API accepted it (TTFT, the queue wait included)."""
         self._ttft.labels(esi=str(level), worker=self._worker).observe(max(0.0, waited_s))
+        self.slo.first_token(level, waited_s, time.time())
 
-    def observe_done(self, level: int, total_s: float) -> None:
-        """A call's guidance is complete: ``total_s`` since the API accepted it (E2E)."""
+    def observe_done(self, level: int, total_s: float, tpot_s: float | None = None) -> None:
+        """A call's guidance is complete: ``total_s`` since the API accepted it (E2E); ``tpot_s`` the mean
+        seconds per token after the first (None for a one-token answer)."""
         self._e2e.labels(esi=str(level), worker=self._worker).observe(max(0.0, total_s))
+        self.slo.done(level, total_s, tpot_s, time.time())
 
     def serve(self, port: int, host: str = "127.0.0.1") -> None:
         """Serve /metrics on ``host:port`` (0.0.0.0 for a scraper in another container)."""
@@ -150,6 +161,14 @@ class _SnapshotCollector:
         kv.add_metric([w, "device"], m["kv_tokens_device"])
         kv.add_metric([w, "host"], m["kv_tokens_host"])
         yield kv
+        attainment = GaugeMetricFamily(
+            "triage_slo_attainment_ratio", "Share of the last 60 s of calls within their tier's mean target, by ESI "
+            "and measure (ttft, tpot, e2e); absent when none was measured", labels=["worker", "esi", "measure"])
+        for (level, measure), share in m["slo_attainment"].items():
+            attainment.add_metric([w, level, measure], share)
+        yield attainment
+        yield gauge("triage_surge_protect", "1 while the surge controller protects ESI 1-2 (extra batch slots)",
+                    m["surge_protect"])
         yield gauge("triage_inference_running", "Calls in the running batch", m["running"])
         yield gauge("triage_inference_kv_use_ratio", "Share of KV blocks in use", m["kv_use"])
         yield gauge("triage_inference_tokens_per_second", "Tokens generated per second (5 s window)", m["tokens_per_s"])

@@ -57,7 +57,7 @@ class ResultSink:
                  stats: Counter[str], readmit: Callable[[int], None], metrics: WorkerMetrics) -> None:
         self.redis, self.opts, self.intake, self.guidance, self.stats = client, options, intake, guidance, stats
         self.metrics = metrics
-        self._started: dict[int, tuple[int, float]] = {}  # call id -> (level, arrival) from its first token
+        self._started: dict[int, tuple[int, float, float]] = {}  # call id -> (level, arrival, first token at)
         self._readmit = readmit
         self.failures: Counter[int] = Counter()  # call id -> generations the model failed on, in this worker
         self.pending = Pending()
@@ -99,15 +99,18 @@ class ResultSink:
         seq = self.intake.engine.sequences.get(request_id)
         if seq is None:
             return
-        level, arrival = seq.request.level, seq.request.arrival_s
-        self._started[call_id] = (level, arrival)
-        self.metrics.observe_first_token(level, time.time() - arrival)
+        level, arrival, now = seq.request.level, seq.request.arrival_s, time.time()
+        self._started[call_id] = (level, arrival, now)
+        self.metrics.observe_first_token(level, now - arrival)
 
     def _finished(self, call_id: int, text: str, output_tokens: int, reason: str, at: datetime) -> None:
         pending = self.pending
         started = self._started.pop(call_id, None)
         if started is not None and reason != "cancelled":
-            self.metrics.observe_done(started[0], time.time() - started[1])
+            level, arrival, first_token_at = started
+            now = time.time()
+            tpot = (now - first_token_at) / (output_tokens - 1) if output_tokens > 1 else None
+            self.metrics.observe_done(level, now - arrival, tpot)
         if reason == "cancelled":
             if self.guidance.on_cancelled(request_id(call_id)):
                 self._readmit(call_id)  # a protocol switch: generated again, not finished

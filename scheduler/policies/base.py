@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
-from scheduler.config import ESI_LEVELS, PROTECTED_LEVELS, SchedulerConfig, TierPolicy
+from scheduler.config import ESI_LEVELS, SchedulerConfig, TierPolicy
 from scheduler.cost import CostModel
 from scheduler.decision import Decision, KVUsage
 from scheduler.memory import EvictionHeap, KVMemory
@@ -36,6 +36,7 @@ from scheduler.policies.allocation import KVAllocator
 from scheduler.policies.displacement import preemption_allowed
 from scheduler.policies.schedule_queue import ScheduleEntry, ScheduleQueue
 from scheduler.policies.stage_merge import StageMerge, decode_ready
+from scheduler.policies.surge_slots import take_surge_slots
 from scheduler.request import Request, Stage
 
 
@@ -349,7 +350,7 @@ class BaseScheduler:
         while len(selected) > max(0, slots):
             dropped.append(selected.pop())
         if self.config.surge_extra_slots and self.urgency_aware:  # keys start with the (effective) level
-            dropped = self._take_surge_slots(selected, dropped, queue)
+            dropped = take_surge_slots(selected, dropped, queue, self.config.surge_extra_slots)
         candidates = pinned + selected
         if self.stage_aware and candidates:
             best = min(candidates)
@@ -367,23 +368,6 @@ class BaseScheduler:
         for e in candidates:
             self._running_keys[e.request.id] = e.key
         return [e.request for e in candidates]
-
-    def _take_surge_slots(self, selected: list[ScheduleEntry], dropped: list[ScheduleEntry], queue: ScheduleQueue
-                          ) -> list[ScheduleEntry]:
-        """A surge's extra slots (``config.surge_extra_slots``) to the best protected-level entries left out,
-        those just dropped first, then the queue's; returns what stays dropped. O(extra log n)."""
-        room, protected = self.config.surge_extra_slots, max(PROTECTED_LEVELS)
-        still_dropped = []
-        for e in sorted(dropped):
-            if room and e.key[0] <= protected:
-                bisect.insort(selected, e)
-                room -= 1
-            else:
-                still_dropped.append(e)
-        while room and (top := queue.peek()) is not None and top.key[0] <= protected:
-            bisect.insort(selected, queue.pop())
-            room -= 1
-        return still_dropped
 
     def may_lose_slot_to_memory(self, r: Request) -> bool:
         """A running request may leave the batch for a better member's KV only where it is preemptible."""

@@ -287,6 +287,11 @@ function renderMetrics() {
   const slo = m.slo.map((s) => `<tr><th scope="row">${esc(s.name)}</th><td>${fmtPct(s.attained)}</td><td>${s.n}</td>
       <td><meter min="0" max="1" low="0.8" high="0.9" optimum="1" value="${s.attained ?? 0}" aria-label="${esc(s.name)} SLO attainment">${fmtPct(s.attained)}</meter></td></tr>`).join("");
   const engine = m.engine_stale ? "<p class=\"muted\">Inference engine: no recent report.</p>" : "";
+  const surge = $("surge-mode");
+  if (surge) {
+    surge.hidden = !m.surge_protect;
+    surge.textContent = m.surge_protect ? "Surge: ESI 1–2 protected (extra generation slots); lower levels wait longer, no call is dropped" : "";
+  }
   $("metrics").innerHTML = `
     <div class="metric-grid">
       <div class="metric wide"><h3>Waiting time (completion − arrival)</h3>

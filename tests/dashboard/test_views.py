@@ -189,13 +189,15 @@ def test_metrics_report_waiting_percentiles_per_level_and_slo_attainment(make_ca
 
     for _ in range(3):
         make_call(2, CallStatus.DONE)
-    board_redis.hset(ENGINE_METRICS_KEY, mapping={"kv_use": 0.42, "tokens_per_s": 812.5, "updated_at": 9e12})
+    board_redis.hset(ENGINE_METRICS_KEY, mapping={"kv_use": 0.42, "tokens_per_s": 812.5, "surge_protect": 1,
+                                                  "updated_at": 9e12})
     metrics = board_metrics()
     assert metrics["waiting_s"]["2"]["n"] == 3 and metrics["waiting_s"]["2"]["p90"] is not None
     assert metrics["ttft_s"]["n"] == 3
     emergent = next(s for s in metrics["slo"] if s["name"] == "Emergent")
     assert emergent["n"] == 3 and emergent["attained"] == 1.0
     assert metrics["kv_use"] == 0.42 and metrics["tokens_per_s"] == 812.5
+    assert metrics["surge_protect"] is True  # the board shows the centre's mode
 
 
 def test_seed_demo_users_creates_one_user_per_role():

@@ -17,7 +17,7 @@ from scheduler.cost import PRESETS
 from scheduler.policies import make_scheduler
 from triage import realtime
 from triage.contracts import Cancel, ConfigChanged, Regenerate
-from triage.models import Call, CallStatus, SchedulerSettings, TriageAssessment
+from triage.models import AuditEvent, Call, CallStatus, SchedulerSettings, TriageAssessment
 from triage.redis_clients import redis_bytes_client
 from triage.selectors.calls import guidance_plan
 from worker.inference_worker import InferenceWorker, WorkerOptions
@@ -428,3 +428,48 @@ def test_a_call_the_model_keeps_failing_on_is_failed_with_its_reason_and_the_wor
     worker.request_stop()
     thread.join(30)
     assert redis_bytes_client().xpending(stream_names["stream"], "inference")["pending"] == 0
+
+
+def test_a_burst_of_urgent_calls_turns_surge_protection_on_and_calm_turns_it_off_audited_and_exported(
+    make_worker, stream_names
+):
+    """Sixty ESI-1 and ESI-2 calls at once on an 8-wide batch: the waits pass the 0.5 s and 1 s TTFT targets,
+    the controller opens extra slots for them, every call completes, and after the calm (shortened here) the
+    administrator's configuration is back. Each change is an audit row and the exported gauge follows."""
+    calls = [
+        Call.objects.create(external_id=f"surge-{uuid.uuid4().hex[:10]}", received_at=timezone.now(),
+                            transcript=TRANSCRIPTS[i % 2 * 3], status=CallStatus.QUEUED, level=1 + i % 2)
+        for i in range(60)
+    ]
+    worker = make_worker(max_new_tokens=200)
+    worker.surge.driver.controller.min_dwell_s = 2.0
+    worker.start()
+    _enqueue(stream_names["stream"], calls)
+    thread = _run_in_background(worker)
+    widest = []
+    assert _wait(lambda: widest.append(worker.engine.scheduler.config.surge_extra_slots) or _all_final(calls), 120)
+    assert _wait(lambda: worker.surge.mode == "normal", 30)
+    time.sleep(3 * worker.opts.metrics_interval_s)
+    protect_seen = worker.metrics.snapshot["surge_protect"]
+    worker.request_stop()
+    thread.join(30)
+    changes = list(AuditEvent.objects.filter(action="surge.mode_changed").order_by("id").values_list("data", "actor"))
+    assert [d["mode"] for d, _ in changes] == ["protect", "normal"]
+    assert changes[0][1] == "system:inference" and changes[0][0]["extra_slots"] == 24  # 4 x 8 wide, less 8
+    assert max(widest) == 24 and worker.engine.scheduler.config.surge_extra_slots == 0
+    assert worker.engine.scheduler.config.batch_size == 8 and protect_seen == 0
+    assert Call.objects.filter(pk__in=[c.pk for c in calls], status=CallStatus.DONE).count() == len(calls)
+
+
+def test_with_surge_control_off_the_schedule_is_never_changed(make_worker, stream_names):
+    calls = _calls(12)
+    worker = make_worker()
+    worker.surge.enabled = False
+    worker.start()
+    _enqueue(stream_names["stream"], calls)
+    thread = _run_in_background(worker)
+    assert _wait(lambda: _all_final(calls))
+    worker.request_stop()
+    thread.join(30)
+    assert not AuditEvent.objects.filter(action="surge.mode_changed").exists()
+    assert worker.engine.scheduler.config.surge_extra_slots == 0

@@ -66,6 +66,12 @@ def test_the_controller_protects_on_risk_or_missed_targets_and_returns_only_afte
     assert controller.update(74.0, good, at_risk=False) is None
     assert controller.update(75.0, good, at_risk=False) is SurgeMode.NORMAL
     assert controller.update(76.0, bad, at_risk=False) is SurgeMode.PROTECT  # observed misses alone suffice
+    # the burst is over (no protected call waits or runs): the window's old misses do not hold the mode
+    over = SurgeController(min_dwell_s=30.0)
+    assert over.update(0.0, bad, at_risk=True) is SurgeMode.PROTECT
+    assert over.update(10.0, bad, at_risk=False, protected_idle=True) is None
+    assert over.update(40.0, bad, at_risk=False, protected_idle=True) is SurgeMode.NORMAL
+    assert over.update(41.0, bad, at_risk=False, protected_idle=True) is None  # nor enter it again
     few = _attained(0.0, calls=2)
     assert SurgeController().update(0.0, few, at_risk=False) is None  # two calls are not evidence
 

@@ -169,6 +169,7 @@ def tier_state(tier: Tier) -> dict:
         "ttft_target_p90_s": tier.ttft_target_p90_s,
         "e2e_target_mean_s": tier.e2e_target_mean_s,
         "e2e_target_p90_s": tier.e2e_target_p90_s,
+        "tpot_target_s": tier.tpot_target_s,
     }
 
 
@@ -278,6 +279,8 @@ def board_metrics(*, now: dt.datetime | None = None, window_s: int = METRICS_WIN
         "kv_use": _round(engine.get("kv_use")),
         "tokens_per_s": _round(engine.get("tokens_per_s"), 1),
         "engine_stale": bool(engine.get("stale")) or not engine,
+        # the surge controller protects ESI 1-2 (worker/surge.py); the board shows the centre's mode
+        "surge_protect": bool(engine.get("surge_protect")),
         "slo": [
             {
                 "tier_id": pk,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import signal
@@ -80,6 +81,11 @@ class Command(BaseCommand):
             help="CPU niceness increment: where web, Celery and the engine share CPU cores, classifying and "
                  "accepting new calls must not queue behind generation (0: off)",
         )
+        parser.add_argument(
+            "--surge-control", action=argparse.BooleanOptionalAction,
+            default=os.environ.get("TRIAGE_SURGE_CONTROL", "1") not in ("0", "false", "no"),
+            help="the SLO monitor opens extra batch slots for ESI 1-2 in a surge (docs/decisions/surge-control.md)",
+        )
 
     def handle(self, *args, **opts) -> None:  # noqa: ANN002, ANN003
         backend = settings.TRIAGE["INFERENCE_BACKEND"]
@@ -96,7 +102,7 @@ class Command(BaseCommand):
             stream=settings.TRIAGE["INFERENCE_STREAM"], group=settings.TRIAGE["INFERENCE_GROUP"],
             consumer=opts["consumer"], control_channel=settings.TRIAGE["CONTROL_CHANNEL"],
             claim_idle_ms=opts["claim_idle_ms"], metrics_port=opts["metrics_port"] or None,
-            metrics_host=opts["metrics_host"],
+            metrics_host=opts["metrics_host"], surge_control=opts["surge_control"],
         ))
         signal.signal(signal.SIGTERM, lambda *_: worker.request_stop())
         signal.signal(signal.SIGINT, lambda *_: worker.request_stop())

@@ -1,0 +1,39 @@
+"""What an audit row records: each kind of change, named once (``AuditEvent.action``'s choices)."""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class AuditAction(models.TextChoices):
+    """What an audit row records: each kind of change, named once."""
+
+    CALL_CREATED = "call.created"
+    CALL_TRIAGED = "call.triaged"
+    CALL_QUEUED = "call.queued"
+    CALL_PREFILLING = "call.prefilling"
+    CALL_DECODING = "call.decoding"
+    CALL_PREEMPTED = "call.preempted"
+    CALL_DONE = "call.done"
+    CALL_FAILED = "call.failed"
+    CALL_CANCELLED = "call.cancelled"
+    CALL_LEVEL_OVERRIDDEN = "call.level_overridden"
+    CALL_LEVEL_CONFIRMED = "call.level_confirmed"
+    CALL_PROTOCOL_SWITCHED = "call.protocol_switched"
+    CALL_ACKNOWLEDGED = "call.acknowledged"
+    CALL_CLOSED = "call.closed"
+    API_CLIENT_CREATED = "api_client.created"
+    API_CLIENT_ROTATED = "api_client.rotated"
+    API_CLIENT_DEACTIVATED = "api_client.deactivated"
+    API_CLIENT_WEBHOOK_SET = "api_client.webhook_set"
+    API_CLIENT_WEBHOOK_SECRET_ROTATED = "api_client.webhook_secret_rotated"
+    SCHEDULER_SETTINGS_UPDATED = "scheduler_settings.updated"
+    SURGE_MODE_CHANGED = "surge.mode_changed"
+    TIER_CREATED = "tier.created"
+    TIER_UPDATED = "tier.updated"
+    TIER_DELETED = "tier.deleted"
+
+    @classmethod
+    def entered(cls, status: str) -> AuditAction:
+        """The action of a call's move into ``status``."""
+        return cls(f"call.{status}")
