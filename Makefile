@@ -16,7 +16,7 @@ VLLM_VENV := .venv-vllm
 VLLM_SUPPORTED := $(shell [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ] && echo yes)
 PYTEST_VERSION := 9.2.0
 
-.PHONY: demo test test-vllm venv vllm-venv services browser models load-model migrate lint clean
+.PHONY: demo test test-vllm venv vllm-venv services browser promtool models load-model migrate lint clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -54,6 +54,10 @@ services:
 browser:
 	bin/ensure-chromium
 
+# Prometheus's promtool for the alert-rule tests (tests/test_alert_rules.py), unpacked from Debian's package.
+promtool:
+	bin/ensure-promtool
+
 models: venv
 	$(PY) manage.py build_models
 
@@ -66,7 +70,7 @@ load-model: venv
 
 # The environments, services and browser are independent downloads and installs: made side by side.
 test:
-	$(MAKE) -j4 venv services browser vllm-venv
+	$(MAKE) -j4 venv services browser vllm-venv promtool
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) TRIAGE_CONTROL_CHANNEL=$(TEST_CONTROL_CHANNEL) \
 		$(VENV)/bin/pytest -q
 	$(MAKE) test-vllm

@@ -222,7 +222,8 @@ def test_prometheus_metrics_per_worker_with_ttft_and_e2e_histograms_by_esi(make_
     from pathlib import Path
 
     docs = Path(__file__).resolve().parents[2] / "docs" / "observability"
-    queried = set(re.findall(r"triage_inference_[a-z0-9_]+", "".join(p.read_text() for p in docs.iterdir())))
+    queried = set(re.findall(r"triage_(?:inference|slo|surge)_[a-z0-9_]+",
+                             "".join(p.read_text() for p in docs.iterdir() if p.suffix in (".yml", ".json"))))
     assert queried and queried <= {name for name, _ in samples}
     for level in {c.level for c in calls}:
         n = sum(c.level == level for c in calls)
