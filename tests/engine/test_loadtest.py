@@ -69,3 +69,19 @@ def test_a_vllm_server_gets_the_step_budget_it_is_given_and_vllms_own_without_on
     argv = server_argv("models/m", 8100, max_num_batched_tokens=256)
     assert argv[argv.index("--max-num-batched-tokens") + 1] == "256"
     assert "--max-num-batched-tokens" not in server_argv("models/m", 8100)
+
+
+def test_a_mass_casualty_trace_lands_its_burst_on_a_poisson_background_weighted_to_the_urgent_levels():
+    from tools.management.commands.loadtest import CORPUS, load_trace
+
+    trace = load_trace(CORPUS, 400, "mass-casualty", 1.0, seed=3, duration_s=300.0, burst_at_s=60.0)
+    offsets = [t for t, _ in trace]
+    assert offsets == sorted(offsets)
+    burst = [r for t, r in trace if 60.0 <= t <= 70.0]
+    background = [r for t, r in trace if not 60.0 <= t <= 70.0]
+    assert len(burst) >= 400 and 240 <= len(background) <= 360  # ~290 at 1 call/s outside the burst's 10 s
+
+    def urgent(records: list[dict]) -> float:
+        return sum(r["esi"] <= 2 for r in records) / len(records)
+
+    assert urgent(burst) > 0.35 and urgent(background) < 0.25  # the mixes: 45 % and 17 % ESI 1-2

@@ -2,6 +2,8 @@
 scheduling policy after another on the identical trace, and compare per-ESI latency against FCFS.
 
     manage.py loadtest --calls 200 --pattern burst --policy semantic,fcfs --json
+    manage.py loadtest --pattern mass-casualty --calls 150 --rate 0.5 --duration 120 --policy semantic \
+        --surge-control on,off --json           # a burst on a Poisson background, the surge controller on and off
 
 Without --url it starts the web server, the Celery worker and the inference worker itself (restarting Celery
 and the inference worker, with `--policy P`, before each policy, on an inference stream of that run and policy
@@ -46,10 +48,15 @@ LOADTEST_ACTOR = "system:loadtest"
 WARM_UP = "lt-warm-up"  # external id prefix of the call sent before each policy's trace
 
 
-def load_trace(path: Path, n: int, pattern: str, rate: float, seed: int) -> list[tuple[float, dict]]:
-    """(offset seconds, record) for n calls: every ESI level represented, shuffled, seeded."""
+def load_trace(path: Path, n: int, pattern: str, rate: float, seed: int, duration_s: float = 120.0,
+               burst_at_s: float = 30.0) -> list[tuple[float, dict]]:
+    """(offset seconds, record) for n calls: every ESI level represented, shuffled, seeded. ``mass-casualty``: a
+    Poisson background at ``rate`` over ``duration_s`` and a burst of n calls over 10 s from ``burst_at_s``,
+    the levels drawn in the simulator's mixes (scheduler.workloads), each a corpus call of that level."""
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     rng = random.Random(seed)
+    if pattern == "mass-casualty":
+        return _mass_casualty(records, rng, n, rate, duration_s, burst_at_s)
     rng.shuffle(records)
     picked = (records * (1 + n // max(1, len(records))))[:n]
     offsets, t = [], 0.0
@@ -60,6 +67,25 @@ def load_trace(path: Path, n: int, pattern: str, rate: float, seed: int) -> list
     return list(zip(offsets, picked, strict=True))
 
 
+def _mass_casualty(records: list[dict], rng: random.Random, n: int, rate: float, duration_s: float,
+                   burst_at_s: float) -> list[tuple[float, dict]]:
+    from scheduler.workloads import BACKGROUND_ESI_MIX, CASUALTY_ESI_MIX
+
+    by_level: dict[int, list[dict]] = {}
+    for record in records:
+        by_level.setdefault(int(record["esi"]), []).append(record)
+
+    def call(mix: dict[int, float]) -> dict:
+        return rng.choice(by_level[rng.choices(list(mix), weights=list(mix.values()))[0]])
+
+    trace, t = [], rng.expovariate(rate)
+    while t < duration_s:
+        trace.append((t, call(BACKGROUND_ESI_MIX)))
+        t += rng.expovariate(rate)
+    trace += [(burst_at_s + rng.uniform(0.0, 10.0), call(CASUALTY_ESI_MIX)) for _ in range(n)]
+    return sorted(trace, key=lambda item: item[0])
+
+
 def only_levels(trace: list[tuple[float, dict]], levels: set[int]) -> list[tuple[float, dict]]:
     """The trace's calls that the classifier (the one triage runs) puts at ``levels``, at their own offsets."""
     from triage.tasks import load_predictor
@@ -68,10 +94,13 @@ def only_levels(trace: list[tuple[float, dict]], levels: set[int]) -> list[tuple
     return [item for item, prediction in zip(trace, predictions, strict=True) if prediction.esi in levels]
 
 
-def summarise(policy: str, call_ids: list[int]) -> dict:
+def summarise(policy: str, call_ids: list[int], since: float | None = None) -> dict:
+    """Per ESI level the latencies and, against each call's tier, the share of calls within its mean TTFT and
+    its TPOT target (``scheduler.metrics.share_within``, as the simulator and the SLO monitor count); the
+    surge controller's changes of mode since ``since`` (Unix seconds)."""
     from triage.models import ESI_LEVELS, AuditAction, AuditEvent, Call
 
-    calls = list(Call.objects.filter(pk__in=call_ids))
+    calls = list(Call.objects.filter(pk__in=call_ids).select_related("tier"))
     by_esi: dict[str, dict] = {}
     for level in ESI_LEVELS:
         group = [c for c in calls if c.level == level and c.done_at and c.first_token_at]
@@ -81,8 +110,13 @@ def summarise(policy: str, call_ids: list[int]) -> dict:
         # Where the TTFT went: accepted -> classified (Celery), queued -> first token (the LLM scheduler).
         triage = [(c.triaged_at - c.created_at).total_seconds() for c in group if c.triaged_at]
         engine = [(c.first_token_at - c.queued_at).total_seconds() for c in group if c.queued_at]
+        ttft_met = [t <= c.tier.ttft_target_mean_s for t, c in zip(ttft, group, strict=True) if c.tier]
+        tpot_met = [(c.done_at - c.first_token_at).total_seconds() / (c.output_tokens - 1) <= c.tier.tpot_target_s
+                    for c in group if c.tier and c.output_tokens > 1]
         by_esi[str(level)] = {
             "count": len(group), "ttft_p50": _p(ttft, 50), "ttft_p99": _p(ttft, 99),
+            "ttft_attainment": round(sum(ttft_met) / len(ttft_met), 3) if ttft_met else None,
+            "tpot_attainment": round(sum(tpot_met) / len(tpot_met), 3) if tpot_met else None,
             "e2e_p50": _p(e2e, 50), "e2e_p99": _p(e2e, 99),
             "normalized_wait_mean": round(sum(norm) / len(norm), 4) if norm else None,
             "triage_p50": _p(triage, 50), "queued_to_first_token_p50": _p(engine, 50),
@@ -96,8 +130,13 @@ def summarise(policy: str, call_ids: list[int]) -> dict:
     done = [c for c in calls if c.done_at]
     tokens = sum(c.output_tokens for c in done)
     span = (max(c.done_at for c in done) - min(c.created_at for c in done)).total_seconds() if done else 0
+    modes = []
+    if since is not None:
+        changed = AuditEvent.objects.filter(action=AuditAction.SURGE_MODE_CHANGED,
+                                            created_at__gte=datetime.fromtimestamp(since, tz=UTC))
+        modes = [(e.created_at.isoformat(), e.data.get("mode")) for e in changed.order_by("id")]
     return {
-        "policy": policy, "calls": len(calls), "completed": len(done), "by_esi": by_esi,
+        "policy": policy, "calls": len(calls), "completed": len(done), "by_esi": by_esi, "surge_modes": modes,
         "preemptions": preemptions, "throughput_tokens_per_s": round(tokens / span, 2) if span else None,
     }
 
@@ -107,8 +146,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):  # noqa: ANN001
         parser.add_argument("--calls", type=int, default=200)
-        parser.add_argument("--pattern", choices=["burst", "poisson"], default="burst")
-        parser.add_argument("--rate", type=float, default=5.0, help="calls per second (poisson)")
+        parser.add_argument("--pattern", choices=["burst", "poisson", "mass-casualty"], default="burst")
+        parser.add_argument("--rate", type=float, default=5.0, help="calls per second (poisson; mass-casualty's background)")
+        parser.add_argument("--duration", type=float, default=120.0, help="seconds of background (mass-casualty)")
+        parser.add_argument("--burst-at", type=float, default=30.0, help="when the burst lands (mass-casualty)")
+        parser.add_argument("--surge-control", default="on",
+                            help="on, off or on,off: run each policy with the inference worker's surge control so")
         parser.add_argument("--policy", default="semantic,fcfs")
         parser.add_argument("--trace", default=str(CORPUS), help="JSONL of call records (transcript, ...)")
         parser.add_argument("--url", default=None, help="drive a running stack instead of starting one")
@@ -137,7 +180,8 @@ class Command(BaseCommand):
                                  "(--backend vllm; 0: vLLM's default)")
 
     def handle(self, *args, **o) -> None:  # noqa: ANN002, ANN003
-        trace = load_trace(Path(o["trace"]), o["calls"], o["pattern"], o["rate"], o["seed"])
+        trace = load_trace(Path(o["trace"]), o["calls"], o["pattern"], o["rate"], o["seed"], o["duration"],
+                           o["burst_at"])
         if o["levels"]:
             trace = only_levels(trace, {int(level) for level in o["levels"].split(",")})
         policies = [p.strip() for p in o["policy"].split(",") if p.strip()]
@@ -186,14 +230,14 @@ class Command(BaseCommand):
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             stack.start_web(port)
-            for policy in policies:
+            for policy, surge in [(p, s) for p in policies for s in o["surge_control"].split(",")]:
                 vllm = o["backend"] == "vllm"
                 # With vLLM the stored policy only orders the classifier's backlog: arrival order for vLLM's
                 # FCFS, by urgency otherwise, so the comparison isolates the LLM stage.
                 stored = ("fcfs" if policy == "fcfs" else "semantic") if vllm else policy
                 scheduler_settings_update(actor=LOADTEST_ACTOR, policy=stored)
                 # A stream of this policy's own: entries left by an earlier (or crashed) run cannot leak in.
-                stack.env = dict(env, TRIAGE_INFERENCE_STREAM=f"triage:loadtest:{run}:{policy}")
+                stack.env = dict(env, TRIAGE_INFERENCE_STREAM=f"triage:loadtest:{run}:{policy}:{surge}")
                 for name in [n for n in stack.processes if n.startswith("vllm-")] + ["celery", "webhooks", "inference"]:
                     stack.stop(name)
                 urls = self._start_vllm(stack, policy, o) if vllm else []
@@ -201,6 +245,7 @@ class Command(BaseCommand):
                 started = time.time()
                 stack.start_inference(["--policy", policy, "--consumer", f"loadtest-{policy}",
                                        "--max-new-tokens", str(o["max_new_tokens"]),
+                                       "--surge-control" if surge == "on" else "--no-surge-control",
                                        *(["--model", o["model"]] if o["model"] else [])])
                 _wait_for_engine(started, timeout_s=180.0)
                 # One call through triage first: the burst measures a warm triage worker, not its start-up
@@ -208,7 +253,9 @@ class Command(BaseCommand):
                 self._replay(f"http://127.0.0.1:{port}", token, trace[:1], 180.0, until="queued", prefix=WARM_UP)
                 ids = self._replay(f"http://127.0.0.1:{port}", token, trace, o["timeout"])
                 label = f"vllm-{policy}" if vllm else policy
-                results.append(summarise(label, ids))
+                if "," in o["surge_control"]:
+                    label = f"{label}, surge control {surge}"
+                results.append(summarise(label, ids, since=started))
                 results[-1].update(backend=o["backend"], replicas=len(urls) or 1,
                                    model=o["model"] or env.get("INFERENCE_MODEL", settings.TRIAGE["INFERENCE_MODEL"]))
                 if vllm:
@@ -276,11 +323,13 @@ class Command(BaseCommand):
         w = self.stdout.write
         w(f"\n== {r['policy']}: {r['completed']}/{r['calls']} done, {r['throughput_tokens_per_s']} tok/s, "
           f"preemptions {r['preemptions']}")
-        w("ESI  count  TTFT p50   TTFT p99   E2E p50    E2E p99    norm wait  triage p50 engine p50")
+        w("ESI  count  TTFT p50   TTFT p99   E2E p50    E2E p99    norm wait  triage p50 engine p50 TTFT att TPOT att")
         for level, s in r["by_esi"].items():
             w(f"{level:>3}  {s['count']:>5}  {_f(s['ttft_p50'])}  {_f(s['ttft_p99'])}  {_f(s['e2e_p50'])}  "
               f"{_f(s['e2e_p99'])}  {_f(s['normalized_wait_mean'])}  {_f(s['triage_p50'])}  "
-              f"{_f(s['queued_to_first_token_p50'])}")
+              f"{_f(s['queued_to_first_token_p50'])} {_f(s['ttft_attainment'])} {_f(s['tpot_attainment'])}")
+        if r.get("surge_modes"):
+            w(f"surge mode changes: {r['surge_modes']}")
         if "vs_fcfs" in r:
             w(f"vs FCFS: {json.dumps(r['vs_fcfs'])}")
 
