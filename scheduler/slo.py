@@ -238,7 +238,7 @@ class SurgeDriver:
 
 
 class SimulatedSurgeLoop:
-    """The worker's loop on the simulator's clock (``scheduler.simulate``): measurements from the tokens as the
+    """The worker's loop on the simulator's clock (``scheduler.simulator``): measurements from the tokens as the
     simulator delivers them, the driver's decision once a second of virtual time, the mode's configuration
     applied from the next decision on; ``changes`` lists (time, mode)."""
 

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from scheduler.cost import PRESETS
-from scheduler.simulate import simulate
-from scheduler.simulate_cli import build_config, build_workload, parse_args
+from scheduler.simulate import build_config, build_workload, parse_args
+from scheduler.simulator import simulate
 
 WORKLOAD = "--workload mass-casualty --rate 2 --concurrency 300 --duration 300 --burst-at 60"
 RUNS = (("all calls", (), False), ("all calls", (), True), ("ESI 1 alone", ("--levels", "1"), False),

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from scheduler.cost import PRESETS
-from scheduler.simulate import simulate
-from scheduler.simulate_cli import build_config, build_workload, parse_args
+from scheduler.simulate import build_config, build_workload, parse_args
+from scheduler.simulator import simulate
 from scheduler.workloads import UrgencyErrorModel
 
 SWEEP_RATES = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)

@@ -52,7 +52,7 @@ def test_a_level_filtered_trace_keeps_exactly_the_calls_triage_puts_at_those_lev
     triage_predictor, trained_predictors_dir, settings
 ):
     from tests.fixtures.predictors import REAL_PREDICTOR_LOADER
-    from tools.management.commands.loadtest import CORPUS, load_trace, only_levels
+    from tools.load_traces import CORPUS, load_trace, only_levels
 
     settings.TRIAGE = {**settings.TRIAGE, "PREDICTORS_DIR": str(trained_predictors_dir),
                        "PREDICTOR_LOADER": REAL_PREDICTOR_LOADER}
@@ -72,7 +72,7 @@ def test_a_vllm_server_gets_the_step_budget_it_is_given_and_vllms_own_without_on
 
 
 def test_a_mass_casualty_trace_lands_its_burst_on_a_poisson_background_weighted_to_the_urgent_levels():
-    from tools.management.commands.loadtest import CORPUS, load_trace
+    from tools.load_traces import CORPUS, load_trace
 
     trace = load_trace(CORPUS, 400, "mass-casualty", 1.0, seed=3, duration_s=300.0, burst_at_s=60.0)
     offsets = [t for t, _ in trace]

@@ -11,7 +11,7 @@ from scheduler.config import SchedulerConfig
 from scheduler.policies import POLICIES, make_scheduler
 from scheduler.policies.stage_merge import decode_ready
 from scheduler.request import Request, Stage
-from scheduler.simulate import drive
+from scheduler.simulator import drive
 from tests.scheduler.helpers import COST
 
 workloads = st.lists(

@@ -92,8 +92,8 @@ def test_protect_opens_extra_slots_only_as_far_as_the_protected_tpot_target_allo
 
 
 def test_in_a_simulated_mass_casualty_burst_the_mode_enters_and_leaves_by_itself_and_every_call_completes():
-    from scheduler.simulate import simulate
-    from scheduler.simulate_cli import build_config, build_workload, parse_args
+    from scheduler.simulate import build_config, build_workload, parse_args
+    from scheduler.simulator import simulate
 
     args = parse_args(["--workload", "mass-casualty", "--rate", "1", "--concurrency", "120", "--duration", "240",
                        "--burst-at", "30", "--profile", "a5000-7b", "--no-progress"])

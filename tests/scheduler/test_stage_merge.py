@@ -11,7 +11,7 @@ from scheduler.config import SchedulerConfig
 from scheduler.cost import PRESETS
 from scheduler.policies import make_scheduler
 from scheduler.request import Stage
-from scheduler.simulate import drive, iteration_s, simulate
+from scheduler.simulator import drive, iteration_s, simulate
 from scheduler.workloads import paper_workload, predict
 from tests.scheduler.helpers import COST, req, sched, step
 

@@ -5,8 +5,8 @@ import random
 
 from scheduler.config import scheduling_level
 from scheduler.cost import PRESETS
-from scheduler.simulate import simulate
-from scheduler.simulate_cli import build_config, parse_args
+from scheduler.simulate import build_config, parse_args
+from scheduler.simulator import simulate
 from scheduler.workloads import Arrival, Prediction, UrgencyErrorModel, Verdict, predict
 
 

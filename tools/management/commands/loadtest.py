@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import sys
 import threading
@@ -42,56 +41,10 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduler.metrics import percentile
+from tools.load_traces import CORPUS, load_trace, only_levels
 
-CORPUS = Path(settings.BASE_DIR) / "fixtures" / "calls" / "calls.jsonl"
 LOADTEST_ACTOR = "system:loadtest"
 WARM_UP = "lt-warm-up"  # external id prefix of the call sent before each policy's trace
-
-
-def load_trace(path: Path, n: int, pattern: str, rate: float, seed: int, duration_s: float = 120.0,
-               burst_at_s: float = 30.0) -> list[tuple[float, dict]]:
-    """(offset seconds, record) for n calls: every ESI level represented, shuffled, seeded. ``mass-casualty``: a
-    Poisson background at ``rate`` over ``duration_s`` and a burst of n calls over 10 s from ``burst_at_s``,
-    the levels drawn in the simulator's mixes (scheduler.workloads), each a corpus call of that level."""
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    rng = random.Random(seed)
-    if pattern == "mass-casualty":
-        return _mass_casualty(records, rng, n, rate, duration_s, burst_at_s)
-    rng.shuffle(records)
-    picked = (records * (1 + n // max(1, len(records))))[:n]
-    offsets, t = [], 0.0
-    for _ in picked:
-        offsets.append(t)
-        if pattern == "poisson":
-            t += rng.expovariate(rate)
-    return list(zip(offsets, picked, strict=True))
-
-
-def _mass_casualty(records: list[dict], rng: random.Random, n: int, rate: float, duration_s: float,
-                   burst_at_s: float) -> list[tuple[float, dict]]:
-    from scheduler.workloads import BACKGROUND_ESI_MIX, CASUALTY_ESI_MIX
-
-    by_level: dict[int, list[dict]] = {}
-    for record in records:
-        by_level.setdefault(int(record["esi"]), []).append(record)
-
-    def call(mix: dict[int, float]) -> dict:
-        return rng.choice(by_level[rng.choices(list(mix), weights=list(mix.values()))[0]])
-
-    trace, t = [], rng.expovariate(rate)
-    while t < duration_s:
-        trace.append((t, call(BACKGROUND_ESI_MIX)))
-        t += rng.expovariate(rate)
-    trace += [(burst_at_s + rng.uniform(0.0, 10.0), call(CASUALTY_ESI_MIX)) for _ in range(n)]
-    return sorted(trace, key=lambda item: item[0])
-
-
-def only_levels(trace: list[tuple[float, dict]], levels: set[int]) -> list[tuple[float, dict]]:
-    """The trace's calls that the classifier (the one triage runs) puts at ``levels``, at their own offsets."""
-    from triage.tasks import load_predictor
-
-    predictions = load_predictor().predict([record["transcript"] for _, record in trace])
-    return [item for item, prediction in zip(trace, predictions, strict=True) if prediction.esi in levels]
 
 
 def summarise(policy: str, call_ids: list[int], since: float | None = None) -> dict:
