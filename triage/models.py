@@ -141,7 +141,8 @@ class SchedulerSettings(models.Model):
         "recompute (always drop), swap (always keep in host memory)",
     )
     micro_batch_max = models.PositiveSmallIntegerField(default=32, validators=[MinValueValidator(1)])
-    micro_batch_wait_ms = models.PositiveIntegerField(default=50)
+    # 0: a triage worker takes whatever waits at once (docs/decisions/predictor-stage-batching.md)
+    micro_batch_wait_ms = models.PositiveIntegerField(default=0)
     guard_similarity_threshold = models.FloatField(
         null=True, blank=True, validators=[MinValueValidator(0), MaxValueValidator(1)],
         help_text="Empty (the default, and the only safe choice for the bundled model): the stream guard accepts only "

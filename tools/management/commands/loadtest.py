@@ -51,6 +51,7 @@ def summarise(policy: str, call_ids: list[int], since: float | None = None) -> d
     """Per ESI level the latencies and, against each call's tier, the share of calls within its mean TTFT and
     its TPOT target (``scheduler.metrics.share_within``, as the simulator and the SLO monitor count); the
     surge controller's changes of mode since ``since`` (Unix seconds)."""
+    from scheduler.config import SchedulerConfig
     from triage.models import ESI_LEVELS, AuditAction, AuditEvent, Call
 
     calls = list(Call.objects.filter(pk__in=call_ids).select_related("tier"))
@@ -63,9 +64,11 @@ def summarise(policy: str, call_ids: list[int], since: float | None = None) -> d
         # Where the TTFT went: accepted -> classified (Celery), queued -> first token (the LLM scheduler).
         triage = [(c.triaged_at - c.created_at).total_seconds() for c in group if c.triaged_at]
         engine = [(c.first_token_at - c.queued_at).total_seconds() for c in group if c.queued_at]
-        ttft_met = [t <= c.tier.ttft_target_mean_s for t, c in zip(ttft, group, strict=True) if c.tier]
-        tpot_met = [(c.done_at - c.first_token_at).total_seconds() / (c.output_tokens - 1) <= c.tier.tpot_target_s
-                    for c in group if c.tier and c.output_tokens > 1]
+        # each call's tier, or the default tier of its level where the database has none (as the engine does)
+        tiers = [c.tier.policy() if c.tier else SchedulerConfig().tier_for(None, level) for c in group]
+        ttft_met = [t <= tier.ttft_target_mean_s for t, tier in zip(ttft, tiers, strict=True)]
+        tpot_met = [(c.done_at - c.first_token_at).total_seconds() / (c.output_tokens - 1) <= tier.tpot_target_s
+                    for c, tier in zip(group, tiers, strict=True) if c.output_tokens > 1]
         by_esi[str(level)] = {
             "count": len(group), "ttft_p50": _p(ttft, 50), "ttft_p99": _p(ttft, 99),
             "ttft_attainment": round(sum(ttft_met) / len(ttft_met), 3) if ttft_met else None,
