@@ -5,8 +5,9 @@ dispatch app's (``triage/metrics.py``); the inference worker has its own (``work
 Web and intake serve ``/metrics`` only to a scraper holding ``TRIAGE_METRICS_TOKEN`` (``Authorization: Bearer``;
 without the setting the path does not exist: the numbers describe the centre's load). A Celery pool process
 serves its registry on ``TRIAGE_CELERY_METRICS_PORT`` plus its pool index, bound to
-``TRIAGE_CELERY_METRICS_HOST``. Each process exports its own counts: scrape every process (gunicorn workers
-included) and sum.
+``TRIAGE_CELERY_METRICS_HOST``. Under gunicorn (several worker processes behind one port) set
+``PROMETHEUS_MULTIPROC_DIR``: prometheus_client's multiprocess mode then sums every worker's series in the one
+``/metrics`` answer (config/gunicorn.py empties the directory at start and marks exited workers dead).
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ from collections.abc import Awaitable
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseNotFound
-from prometheus_client import REGISTRY, Counter, Histogram, generate_latest, start_http_server
+from prometheus_client import (
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    start_http_server,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from config.middleware import DualModeMiddleware
@@ -38,7 +47,16 @@ def metrics_response(request: HttpRequest) -> HttpResponseBase:
     given = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
     if not token or not hmac.compare_digest(given.encode(), token.encode()):
         return HttpResponseNotFound()
-    return HttpResponse(generate_latest(REGISTRY), content_type=CONTENT_TYPE_LATEST)
+    return HttpResponse(generate_latest(_registry()), content_type=CONTENT_TYPE_LATEST)
+
+
+def _registry() -> CollectorRegistry:
+    """This process's registry, or, in multiprocess mode, one that sums every process's files."""
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        return REGISTRY
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry)
+    return registry
 
 
 class RequestMetricsMiddleware(DualModeMiddleware):

@@ -1,6 +1,7 @@
 """The intake server (gunicorn, WSGI) cannot stream: asked for a call's guidance stream it answers 421 at once,
 naming where the stream is served, so a misdirected EventSource never holds one of its workers (which would stop
-it accepting calls). Over real HTTP, to a real gunicorn on the test database."""
+it accepting calls). With several workers behind one port its /metrics sums them all. Over real HTTP, to a real
+gunicorn on the test database."""
 
 from __future__ import annotations
 
@@ -74,3 +75,44 @@ def test_a_stream_of_another_clients_call_is_still_not_found_first(intake_server
     other, _ = make_api_client("cad-other")
     status, body = _request(intake_server, "GET", f"/api/v1/calls/{make_call(client=other).pk}/stream", token)
     assert status == 404, body
+
+
+@pytest.fixture
+def three_worker_intake(transactional_db, django_db_blocker, tmp_path) -> Iterator[ServerProcess]:
+    """The intake as compose runs it: three sync workers behind one port, in prometheus_client's multiprocess mode."""
+    port = free_port()
+    env = {**_child_env(django_db_blocker), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
+           "TRIAGE_METRICS_TOKEN": "scrape-me"}
+    server = ServerProcess(
+        name="gunicorn",
+        argv=[sys.executable, "-m", "gunicorn", "-c", "config/gunicorn.py", "--workers", "3", "--timeout", "30",
+              "-b", f"127.0.0.1:{port}", "config.wsgi:application"],
+        env=env, log_path=tmp_path / "gunicorn.log", port=port,
+    )
+    server.start(ready=lambda: _healthy(server), timeout_s=120)
+    yield server
+    server.stop()
+
+
+def _accepted_posts(server: ServerProcess) -> float:
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        conn.request("GET", "/metrics", headers={"Authorization": "Bearer scrape-me"})
+        text = conn.getresponse().read().decode()
+    finally:
+        conn.close()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("triage_web_requests_total{") and 'method="POST"' in line and 'status="2xx"' in line)
+
+
+def test_every_scrape_of_a_multi_worker_intake_counts_the_requests_of_all_its_workers(
+    three_worker_intake, client_and_token
+):
+    _, token = client_and_token
+    for i in range(12):  # new connections: gunicorn spreads them over its workers
+        status, body = _request(three_worker_intake, "POST", "/api/v1/calls/", token, {
+            "external_id": f"counted-{i}", "received_at": timezone.now().isoformat(), "transcript": "He fell.",
+        })
+        assert status == 201, body
+    # each scrape lands on some worker; every one reports the sum over the three
+    assert [_accepted_posts(three_worker_intake) for _ in range(6)] == [12.0] * 6
