@@ -140,7 +140,10 @@ def test_one_key_confirms_an_uncertain_calls_verdict_and_the_call_leaves_its_hel
 
     page.keyboard.press("j")
     page.wait_for_selector(f'#call-panel [data-call-id="{held.pk}"]')
+    page.wait_for_selector('#call-panel form[data-action="confirm"] button')  # the panel's actions have loaded
+    page.wait_for_load_state("networkidle")  # no panel refresh in flight (a key pressed mid-swap finds no form)
     page.keyboard.press("v")  # one key: confirm the verdict's ESI 4
+    page.wait_for_selector(f"#action-result-{held.pk} >> text=ESI 4 confirmed")
     page.wait_for_function(
         "id => document.querySelector('#queue-body tr[data-id]')?.dataset.id === String(id)", arg=urgent.pk
     )
