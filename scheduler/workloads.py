@@ -12,6 +12,7 @@ import math
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from scheduler.config import ESI_LEVELS, clamp_level
@@ -80,11 +81,20 @@ class UrgencyErrorModel:
         given = self.verdicts.get(level) or [Verdict(level)]
         if error_rate is None:
             return rng.choice(given)
-        wrong = [v for v in given if v.level != level] or self._moved_to(level)
+        wrong, right = self._wrong_and_right[level]
         if rng.random() < error_rate:
             return rng.choice(wrong) if wrong else Verdict(_one_level_off(rng, level, 1))
-        right = [v for v in given if v.level == level]
         return rng.choice(right) if right else Verdict(level)
+
+    @cached_property
+    def _wrong_and_right(self) -> dict[int, tuple[list[Verdict], list[Verdict]]]:
+        """Per level, once: its wrong verdicts (or the others' moved to it) and its right ones."""
+        out = {}
+        for level in ESI_LEVELS:
+            given = self.verdicts.get(level) or [Verdict(level)]
+            wrong = [v for v in given if v.level != level] or self._moved_to(level)
+            out[level] = (wrong, [v for v in given if v.level == level])
+        return out
 
     def _moved_to(self, level: int) -> list[Verdict]:
         """Every other level's wrong verdicts, moved by the difference between the levels; those off the scale

@@ -58,26 +58,31 @@ def judge(
 ) -> Judgement:
     """Combine the model's level (already decided from ``probabilities``) with the algorithm's ``result``.
     ``labels``: concept id -> the catalogue's words for it; ``evidence``: the phrases that weighed most."""
-    verdict = _judge(probabilities, model_level, result, labels=labels or {}, evidence=evidence)
+    split = _split_levels(probabilities)
+    verdict = _judge(probabilities, model_level, result, split, labels=labels or {}, evidence=evidence)
     if not verdict.uncertain:
         return verdict
-    ranked = sorted(range(5), key=lambda k: -probabilities[k])
-    split = probabilities[ranked[0]] - probabilities[ranked[1]] < SPLIT_MARGIN
-    signals = {model_level, result.level, *((ranked[0] + 1, ranked[1] + 1) if split else ())}
+    signals = {model_level, result.level, *(split or ())}
     others = sorted(level for level in signals if level is not None and level != verdict.esi)
     more_urgent = [level for level in others if level < verdict.esi]
     alternative = more_urgent[0] if more_urgent else (others[0] if others else None)
     return replace(verdict, alternative=alternative)
 
 
-def _judge(
-    probabilities: Sequence[float], model_level: int, result: AlgorithmResult, *, labels: dict[str, str],
-    evidence: Sequence[str],
-) -> Judgement:
+def _split_levels(probabilities: Sequence[float]) -> tuple[int, int] | None:
+    """The two likeliest levels when the mass is split between them (within ``SPLIT_MARGIN``), else None."""
     ranked = sorted(range(5), key=lambda k: -probabilities[k])
-    split = probabilities[ranked[0]] - probabilities[ranked[1]] < SPLIT_MARGIN
-    wanted = min(model_level, ranked[0] + 1, ranked[1] + 1) if split else model_level
-    uncertain = split or bool(result.corrected_only)
+    if probabilities[ranked[0]] - probabilities[ranked[1]] < SPLIT_MARGIN:
+        return ranked[0] + 1, ranked[1] + 1
+    return None
+
+
+def _judge(
+    probabilities: Sequence[float], model_level: int, result: AlgorithmResult, split: tuple[int, int] | None, *,
+    labels: dict[str, str], evidence: Sequence[str],
+) -> Judgement:
+    wanted = min(model_level, *split) if split else model_level
+    uncertain = split is not None or bool(result.corrected_only)
     urgent = result.level is not None and result.decision_point in ("A", "B")
     spelling = _spelling_reasons(result)
     if urgent:

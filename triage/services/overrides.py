@@ -31,9 +31,7 @@ def call_override_level(
     """
     _check_override(level=level, reason=reason, user=user)
     with transaction.atomic():
-        locked = Call.objects.select_for_update().get(pk=call.pk)
-        if locked.status in FINAL_STATUSES:
-            raise Conflict(f"a {locked.status} call cannot be re-prioritised", fields={"esi": ["call is finished"]})
+        locked = _locked_open_call(call)
         assessment = TriageAssessment.objects.filter(call=locked).first()
         if assessment is None:
             raise Conflict("the call has not been triaged yet", fields={"esi": ["call not triaged yet"]})
@@ -48,9 +46,7 @@ def call_override_level(
         assessment.save(update_fields=[
             "override_esi", "overridden_by", "overridden_at", "override_reason", "override_disputed_reason",
         ])
-        locked.level = level
-        locked.tier = tier_for_level(level)
-        locked.save(update_fields=["level", "tier"])
+        _set_level(locked, level, reprioritise=True)
         audit_record(
             action=AuditAction.CALL_LEVEL_OVERRIDDEN, actor=user, call=locked,
             data={
@@ -58,9 +54,6 @@ def call_override_level(
                 "disputed_reason": disputed_reason, "decision_point": assessment.decision_point,
             },
         )
-        call_changed_on_commit(locked.pk)
-        control_publish_on_commit(Reprioritise(call_id=locked.pk, level=level,
-                                               tier=locked.tier.name if locked.tier else None))
     call.level, call.tier = locked.level, locked.tier
     return locked
 
@@ -73,9 +66,7 @@ def call_confirm_level(*, call: Call, level: int, user: AbstractBaseUser) -> Cal
     if not is_dispatcher(user):
         raise NotAllowed("only dispatchers may confirm a call's level")
     with transaction.atomic():
-        locked = Call.objects.select_for_update().get(pk=call.pk)
-        if locked.status in FINAL_STATUSES:
-            raise Conflict(f"a {locked.status} call cannot be re-prioritised", fields={"esi": ["call is finished"]})
+        locked = _locked_open_call(call)
         assessment = TriageAssessment.objects.filter(call=locked).first()
         if assessment is None or not assessment.awaiting_confirmation:
             raise Conflict("the call's level is not awaiting confirmation",
@@ -88,20 +79,34 @@ def call_confirm_level(*, call: Call, level: int, user: AbstractBaseUser) -> Cal
         assessment.level_confirmed_by = user
         assessment.level_confirmed_at = timezone.now()
         assessment.save(update_fields=["level_confirmed_by", "level_confirmed_at"])
-        locked.level = level
-        locked.tier = tier_for_level(level)
-        locked.save(update_fields=["level", "tier"])
+        _set_level(locked, level, reprioritise=level != previous)
         audit_record(
             action=AuditAction.CALL_LEVEL_CONFIRMED, actor=user, call=locked,
             data={"from_level": previous, "to_level": level, "verdict": assessment.predicted_esi,
                   "alternative_esi": assessment.alternative_esi},
         )
-        call_changed_on_commit(locked.pk)
-        if level != previous:
-            control_publish_on_commit(Reprioritise(call_id=locked.pk, level=level,
-                                                   tier=locked.tier.name if locked.tier else None))
     call.level, call.tier = locked.level, locked.tier
     return locked
+
+
+def _locked_open_call(call: Call) -> Call:
+    """The call's row, locked for this transaction; a finished call's level is not changed."""
+    locked = Call.objects.select_for_update().get(pk=call.pk)
+    if locked.status in FINAL_STATUSES:
+        raise Conflict(f"a {locked.status} call cannot be re-prioritised", fields={"esi": ["call is finished"]})
+    return locked
+
+
+def _set_level(locked: Call, level: int, *, reprioritise: bool) -> None:
+    """The new level and its tier; on commit the board refreshes and, with ``reprioritise``, the running
+    scheduler gets the new level."""
+    locked.level = level
+    locked.tier = tier_for_level(level)
+    locked.save(update_fields=["level", "tier"])
+    call_changed_on_commit(locked.pk)
+    if reprioritise:
+        control_publish_on_commit(Reprioritise(call_id=locked.pk, level=level,
+                                               tier=locked.tier.name if locked.tier else None))
 
 
 def _check_override(*, level: int, reason: str, user: AbstractBaseUser) -> None:
