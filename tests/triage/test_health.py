@@ -1,5 +1,7 @@
 """The probes compose and a load balancer use: liveness touches nothing, readiness names what is down."""
 
+from pathlib import Path
+
 import pytest
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.test import Client
@@ -45,8 +47,6 @@ def test_readiness_turns_unready_when_the_database_is_down(probe):
 
 
 def _compose() -> dict:
-    from pathlib import Path
-
     import yaml
 
     return yaml.safe_load((Path(__file__).resolve().parents[2] / "docker-compose.yml").read_text())
@@ -65,7 +65,6 @@ def test_compose_is_well_formed_as_compose_reads_it():
     healthcheck and resource limits, the GPU is reserved for inference, and every variable the app reads from
     the environment is one docs/configuration.md documents."""
     import re
-    from pathlib import Path
 
     compose = _compose()
     services = compose["services"]
@@ -95,6 +94,37 @@ def test_compose_is_well_formed_as_compose_reads_it():
         assert unknown == set(), (name, unknown)
     [gpu] = services["inference"]["deploy"]["resources"]["reservations"]["devices"]
     assert gpu["capabilities"] == ["gpu"]
+
+
+def test_compose_pins_each_vllm_replica_to_its_own_gpu_and_runs_the_vllm_worker_without_one():
+    """Compose gives every service reserving a GPU `count` the first card; only `device_ids` pins one. The
+    replicas run the image Dockerfile.vllm builds (the plug-in installed, not mounted), on the async class
+    (tests/vllm checks that it is an AsyncScheduler), and the worker that routes to them reserves no GPU."""
+    services = _compose()["services"]
+    replicas = {name: s for name, s in services.items() if name.startswith("vllm-")}
+    assert len(replicas) >= 2
+    gpus = []
+    for name, replica in replicas.items():
+        assert replica["profiles"] == ["vllm"], name
+        assert replica["build"]["dockerfile"] == "Dockerfile.vllm", name
+        assert not any(v.startswith("./") for v in replica.get("volumes") or []), name  # nothing of ours mounted
+        [device] = replica["deploy"]["resources"]["reservations"]["devices"]
+        assert "count" not in device and len(device["device_ids"]) == 1, name
+        gpus.append(device["device_ids"][0])
+        command = replica["command"]
+        assert command[command.index("--scheduler-cls") + 1] == (
+            "inference.backends.vllm_scheduler.SemanticAsyncVllmScheduler"), name
+        assert command[command.index("--scheduling-policy") + 1] == "priority", name
+    assert len(set(gpus)) == len(gpus), gpus  # each replica its own card
+    worker = services["inference-vllm"]
+    assert worker["profiles"] == ["vllm"] and worker["environment"]["INFERENCE_BACKEND"] == "vllm"
+    assert "reservations" not in worker["deploy"]["resources"]
+    assert set(worker["environment"]["VLLM_URLS"].split(":-")[1].rstrip("}").split(",")) == {
+        f"http://{name}:8000" for name in replicas}
+    assert services["inference"]["profiles"] == ["engine"]
+    assert services["inference"]["environment"]["INFERENCE_BACKEND"] == "hf"
+    dockerfile = (Path(__file__).resolve().parents[2] / "Dockerfile.vllm").read_text()
+    assert "FROM vllm/vllm-openai:v0.32.0" in dockerfile  # the version tests/vllm/test_internals.py pins
 
 
 @pytest.mark.django_db

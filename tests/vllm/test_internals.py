@@ -55,3 +55,25 @@ def test_the_step_budget_goes_to_the_running_requests_in_list_order():
     assert "token_budget = self.max_num_scheduled_tokens" in schedule
     assert "while req_index < len(self.running) and token_budget > 0:" in schedule
     assert "request = self.running[req_index]" in schedule
+
+
+def test_the_async_scheduler_internals_the_plugin_relies_on():
+    """Under async scheduling a running request's next step may be in flight (output placeholders); a preempted
+    one's in-flight output comes back stale and vLLM will not resume it before it has."""
+    from vllm.config.scheduler import SchedulerConfig
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+    assert issubclass(AsyncScheduler, Scheduler)
+    assert "schedule" not in vars(AsyncScheduler) and "add_request" not in vars(AsyncScheduler)
+    init = inspect.getsource(Request.__init__)
+    for field in ("self.num_output_placeholders", "self.num_stale_output_tokens", "self.drop_stale_output"):
+        assert field in init
+    schedule = inspect.getsource(Scheduler.schedule)
+    assert "if request.num_stale_output_tokens and not request.drop_stale_output:" in schedule
+    assert ("request.num_tokens_with_spec\n                + request.num_output_placeholders\n"
+            "                - request.num_computed_tokens") in schedule  # what _step_tokens counts
+    preempt = inspect.getsource(Scheduler._preempt_request)
+    assert "request.num_stale_output_tokens = request.num_in_flight_tokens" in preempt
+    assert "request.num_output_placeholders = 0" in preempt
+    # why there are two plug-in classes: vLLM warns that a Scheduler subclass loses async scheduling
+    assert "subclassed Scheduler instead of AsyncScheduler" in inspect.getsource(SchedulerConfig.get_scheduler_cls)

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 
 import pytest
-from conftest import scheduler_of
+from conftest import SEMANTIC, make_engine, scheduler_of
 from vllm import SamplingParams
 
 from inference.backends.vllm_scheduler import pack_key
@@ -68,8 +68,22 @@ def test_an_esi1_request_preempts_a_full_batch_of_esi5_and_gets_its_first_token_
     assert ours.steps == stock.steps  # no work lost or added beyond the victim's recompute
 
 
-def test_every_preempted_request_completes_with_the_text_it_produces_alone(semantic_engine):
-    crowded = run(semantic_engine, full_batch_then_urgent("crowd"))
+def test_every_preempted_request_completes_with_the_text_it_produces_alone(semantic_engine, mode):
+    scheduler = scheduler_of(semantic_engine)
+    in_flight_at_preemption = []
+    preempt = scheduler._preempt_request
+
+    def observed(request, timestamp, **kwargs):  # noqa: ANN001, ANN202 - vLLM's own method, observed
+        in_flight_at_preemption.append(request.num_output_placeholders)
+        return preempt(request, timestamp, **kwargs)
+
+    scheduler._preempt_request = observed
+    try:
+        crowded = run(semantic_engine, full_batch_then_urgent("crowd"))
+    finally:
+        del scheduler._preempt_request
+    # under async scheduling the victim's next step was already scheduled: its output arrives stale
+    assert in_flight_at_preemption and (max(in_flight_at_preemption) > 0) == (mode == "async")
     for i in range(4):
         alone = run(semantic_engine, {0: [(f"alone{i}", f"{PROMPT} caller {i}", params(5, LOW_TOKENS))]})
         assert crowded.texts[f"crowd-low{i}"] == alone.texts[f"alone{i}"]
@@ -92,10 +106,8 @@ def test_limited_preemption_protects_running_requests_past_c_times_their_predict
     assert limited.first_token_step["limited-urgent"] - 5 > 50
 
 
-def test_an_aged_request_overtakes_a_fresher_more_urgent_one_only_once_its_steps_have_passed(tiny_model):
-    from conftest import make_engine
-
-    engine = make_engine(tiny_model, "inference.backends.vllm_scheduler.SemanticVllmScheduler", max_num_seqs=1)
+def test_an_aged_request_overtakes_a_fresher_more_urgent_one_only_once_its_steps_have_passed(tiny_model, mode):
+    engine = make_engine(tiny_model, SEMANTIC[mode], max_num_seqs=1, mode=mode)
     now = time.time()
     arrivals = {
         0: [("running-esi3", PROMPT, params(3, 40))],
@@ -119,3 +131,15 @@ def test_an_aged_request_overtakes_a_fresher_more_urgent_one_only_once_its_steps
 ])
 def test_the_packed_priority_sorts_as_the_semantic_key(better, worse):
     assert pack_key(better) < pack_key(worse)
+
+
+def test_the_synchronous_plugin_refuses_an_engine_with_async_scheduling(tiny_model):
+    with pytest.raises(Exception, match="SemanticAsyncVllmScheduler"):
+        make_engine(tiny_model, SEMANTIC["sync"], mode="async")
+
+
+def test_the_asynchronous_plugin_also_serves_an_engine_without_it(tiny_model):
+    """An operator who names the async class on a CPU server (where vLLM turns async scheduling off) is served."""
+    engine = make_engine(tiny_model, SEMANTIC["async"], mode="sync")
+    result = run(engine, full_batch_then_urgent("cpu-async"))
+    assert result.first_token_step["cpu-async-urgent"] - 5 <= 2
