@@ -7,6 +7,8 @@ a second. Access follows the roles in ``triage.roles`` (the user must also be st
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from django import forms
 from django.contrib import admin, messages
 from django.db import models
@@ -16,6 +18,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from judgment.protocols import load_library
+from scheduler.settings_on_vllm import SCHEDULER_SETTINGS, TIER_SETTINGS, OnVllm, not_applying_note
 from triage.models import ESI_LEVELS, ApiClient, AuditEvent, SchedulerSettings, Tier, WebhookDelivery
 from triage.roles import is_admin, is_supervisor
 from triage.services.clients import api_client_create, api_client_deactivate, api_client_rotate
@@ -45,6 +48,15 @@ def protocol_library_view(request: HttpRequest) -> HttpResponse:
 
 def _may_configure(request: HttpRequest) -> bool:
     return is_supervisor(request.user) or is_admin(request.user)
+
+
+def _marked_for_vllm(form: type, on_vllm: Mapping[str, OnVllm]) -> type:
+    """The form with each field vLLM does not apply saying so under it (scheduler/settings_on_vllm.py)."""
+    for name, field in form.base_fields.items():
+        entry = on_vllm.get(name)
+        if entry is not None and not entry.applies and not_applying_note(entry) not in str(field.help_text):
+            field.help_text = f"{field.help_text} {not_applying_note(entry)}".strip()
+    return form
 
 
 class RoleAdmin(admin.ModelAdmin):
@@ -121,6 +133,9 @@ class TierAdmin(RoleAdmin):
         }),
     )
 
+    def get_form(self, request: HttpRequest, obj: Tier | None = None, **kwargs: object) -> type:
+        return _marked_for_vllm(super().get_form(request, obj, **kwargs), TIER_SETTINGS)
+
     @admin.display(description="Colour")
     def swatch(self, obj: Tier) -> str:
         return format_html(
@@ -169,6 +184,9 @@ class SchedulerSettingsAdmin(RoleAdmin):
         ("Guidance guard", {"fields": ("guard_similarity_threshold",)}),
         ("Applied", {"fields": ("version", "updated_at")}),
     )
+
+    def get_form(self, request: HttpRequest, obj: SchedulerSettings | None = None, **kwargs: object) -> type:
+        return _marked_for_vllm(super().get_form(request, obj, **kwargs), SCHEDULER_SETTINGS)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # there is exactly one row, created on first use

@@ -9,7 +9,7 @@ SSE in a thread of its own, and ``step()`` turns what arrived since into the sam
 returns, so the worker's persistence, streaming and acknowledgement do not change.
 
 Modes (``VLLM_POLICY``), for the servers' own ``--scheduling-policy``:
-- ``semantic``: servers run our plug-in (``vllm_scheduler.SemanticVllmScheduler``); each call carries its ESI
+- ``semantic``: servers run our plug-in (``vllm_scheduler.Semantic[Async]VllmScheduler``); each call carries its ESI
   level, predicted length, acceptance time and tier rules (``vllm_xargs``); the pool routes by urgency.
 - ``priority``: vLLM's stock priority policy (``priority`` = ESI level); every call is submitted at once.
 - ``fcfs``: vLLM's stock first-come-first-served; every call is submitted at once.
@@ -42,6 +42,7 @@ from scheduler.policies.displacement import more_urgent_level, never_displaces
 from scheduler.policies.semantic import semantic_token_key
 from scheduler.request import Request, Stage
 from scheduler.routing import ReplicaState, route
+from scheduler.settings_on_vllm import changed_but_not_applied, not_applied
 
 log = logging.getLogger("inference.vllm_pool")
 
@@ -112,6 +113,8 @@ class VllmPool:
         self.resubmissions = 0
         # add_request runs in the intake thread, cancel and reprioritise in the control thread, step in the loop
         self._lock = threading.RLock()
+        log.warning("scheduler settings that vLLM does not apply (scheduler/settings_on_vllm.py): %s",
+                    "; ".join(not_applied(self.config)))
 
     # --- the executor surface (inference.executor.Executor) ---------------------------------------------------
     @property
@@ -169,6 +172,8 @@ class VllmPool:
 
     def reconfigure(self, config: SchedulerConfig) -> None:
         """Tier rules (aging, preemption cap) reach the servers with each call; the policy is the servers'."""
+        for line in changed_but_not_applied(self.config, config):
+            log.warning("changed, but vLLM does not apply it: %s", line)
         self.config = config
 
     def current_config(self) -> SchedulerConfig:
@@ -245,7 +250,8 @@ class VllmPool:
         if self.policy != "fcfs":
             body["priority"] = int(r.level)
         if self.policy == "semantic":
-            params = CallParams.for_call(level=r.level, predicted_tokens=r.predicted_output_tokens,
+            # a continuation is keyed by what is left of its predicted answer, as the pool keys it
+            params = CallParams.for_call(level=r.level, predicted_tokens=max(1, r.predicted_output_tokens - seq.tokens),
                                          accepted_at=r.arrival_s, tier=self.config.tier_for(r.tier, r.level),
                                          config=self.config)
             body["vllm_xargs"] = params.to_extra_args()

@@ -194,3 +194,38 @@ def test_webhook_deliveries_are_listed_read_only(make_user, make_api_client):
     client.post(f"/admin/triage/webhookdelivery/{delivery.pk}/change/", {"outcome": "delivered"})
     delivery.refresh_from_db()
     assert delivery.outcome == "retrying"
+
+
+def _editable_fields(model: type) -> set[str]:
+    return {f.name for f in model._meta.get_fields() if getattr(f, "editable", False) and not f.auto_created
+            and not f.is_relation}
+
+
+@pytest.mark.parametrize("model, url", [(SchedulerSettings, "/admin/triage/schedulersettings/1/change/"),
+                                        (Tier, "/admin/triage/tier/{pk}/change/")])
+def test_every_scheduler_setting_says_whether_it_applies_on_vllm_and_the_admin_shows_those_that_do_not(
+    model, url, tiers, supervisor
+):
+    from scheduler.settings_on_vllm import SCHEDULER_SETTINGS, TIER_SETTINGS, not_applying_note
+
+    on_vllm = SCHEDULER_SETTINGS if model is SchedulerSettings else TIER_SETTINGS
+    assert set(on_vllm) == _editable_fields(model)  # a new field must be classified before it lands
+    SchedulerSettings.load()
+    page = staff_client(supervisor).get(url.format(pk=Tier.objects.first().pk)).content.decode()
+    for name, entry in on_vllm.items():
+        note = not_applying_note(entry)
+        shown = f'id="id_{name}_helptext"' in page and note in page.split(f'id="id_{name}_helptext"')[1][:600]
+        assert shown == (not entry.applies), name
+
+
+def test_the_vllm_worker_logs_the_settings_it_does_not_apply_at_start_and_when_one_is_changed(caplog):
+    from inference.backends.vllm_pool import VllmPool
+    from scheduler.config import SchedulerConfig
+
+    with caplog.at_level("WARNING", logger="inference.vllm_pool"):
+        pool = VllmPool(["http://127.0.0.1:9"], model="guidance")
+        assert "eviction='cost'" in caplog.text and "reserved_kv_fraction=0.0" in caplog.text
+        caplog.clear()
+        pool.reconfigure(SchedulerConfig().with_changes(eviction="swap", aging_enabled=False))
+    assert "eviction='swap'" in caplog.text and "no swap" in caplog.text
+    assert "aging_enabled" not in caplog.text  # honoured: not warned about
