@@ -313,6 +313,9 @@ TRIAGE = {
     # INFERENCE_BACKEND=vllm: the worker streams from these vLLM OpenAI-compatible servers (comma-separated),
     # each started with our plug-in (docs/deploy.md); VLLM_POLICY says which policy they run.
     "VLLM_URLS": [u.strip() for u in os.environ.get("VLLM_URLS", "http://127.0.0.1:8100").split(",") if u.strip()],
+    # Each server's preemption-notice endpoint (tcp://host:port, comma-separated, as its TRIAGE_VLLM_EVENTS
+    # binds): a call preempted inside a server is recorded as preempted (scheduler/preemption_notice.py)
+    "VLLM_EVENTS": [u.strip() for u in os.environ.get("VLLM_EVENTS", "").split(",") if u.strip()],
     "VLLM_MODEL": os.environ.get("VLLM_MODEL", "guidance"),  # the servers' --served-model-name
     "VLLM_POLICY": os.environ.get("VLLM_POLICY", "semantic"),
     "VLLM_MAX_NUM_SEQS": _env_int("VLLM_MAX_NUM_SEQS", 32),

@@ -88,6 +88,8 @@ class StepResult:
     preempted: list[tuple[str, PreemptionMode, int]] = field(default_factory=list)  # (id, mode, kept tokens)
     paused_ids: list[str] = field(default_factory=list)
     started_ids: list[str] = field(default_factory=list)  # ran for the first time (first token this step)
+    # began computing its prompt and has no token yet (vLLM's pool learns it only from a preemption notice)
+    prefilling_ids: list[str] = field(default_factory=list)
     duration_s: float = 0.0
 
 

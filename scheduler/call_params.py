@@ -40,26 +40,30 @@ class CallParams:
     aging_ceiling: int = TierPolicy.aging_ceiling_level
     preempt_on_arrival: bool = True  # False: a waiting request never displaces a running one
     limited_c: float | None = None  # TRAIL's limited preemption: past c x its predicted length a call keeps its slot
+    ref: str = ""  # the pool's name for this submission, echoed in the plug-in's PreemptionNotice
 
     @classmethod
     def for_call(cls, *, level: int, predicted_tokens: int, accepted_at: float, tier: TierPolicy,
-                 config: SchedulerConfig) -> CallParams:
+                 config: SchedulerConfig, ref: str = "") -> CallParams:
         """A call's values under the administrator's current settings (aging switched off globally sends 0)."""
         return cls(level=int(level), predicted_tokens=int(predicted_tokens), accepted_at=float(accepted_at),
                    max_preemptions=int(tier.max_preemptions),
                    aging_step_s=float(tier.aging_step_s if config.aging_enabled else 0.0),
                    aging_ceiling=int(tier.aging_ceiling_level),
                    preempt_on_arrival=bool(config.preempt_on_arrival),
-                   limited_c=None if config.limited_preemption_c is None else float(config.limited_preemption_c))
+                   limited_c=None if config.limited_preemption_c is None else float(config.limited_preemption_c),
+                   ref=ref)
 
-    def to_extra_args(self) -> dict[str, int | float | bool]:
+    def to_extra_args(self) -> dict[str, int | float | bool | str]:
         """The ``vllm_xargs`` of a request (JSON scalars only: vLLM passes them through as they are)."""
-        args: dict[str, int | float | bool] = {
+        args: dict[str, int | float | bool | str] = {
             f"{PREFIX}level": self.level, f"{PREFIX}predicted_tokens": self.predicted_tokens,
             f"{PREFIX}accepted_at": self.accepted_at, f"{PREFIX}max_preemptions": self.max_preemptions,
             f"{PREFIX}aging_step_s": self.aging_step_s, f"{PREFIX}aging_ceiling": self.aging_ceiling,
             f"{PREFIX}preempt_on_arrival": self.preempt_on_arrival,
         }
+        if self.ref:
+            args[f"{PREFIX}ref"] = self.ref
         if self.limited_c is not None:
             args[f"{PREFIX}limited_c"] = self.limited_c
         return args
@@ -83,6 +87,7 @@ class CallParams:
             aging_ceiling=int(get("aging_ceiling", cls.aging_ceiling)),
             preempt_on_arrival=bool(get("preempt_on_arrival", cls.preempt_on_arrival)),
             limited_c=None if limited_c is None else float(limited_c),
+            ref=str(get("ref", "")),
         )
 
     @cached_property  # read at every step for every running request

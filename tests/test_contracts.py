@@ -83,7 +83,8 @@ def test_a_malformed_control_message_is_refused(data):
 def test_call_params_round_trip_through_vllm_extra_args():
     config = SchedulerConfig(limited_preemption_c=1.5, preempt_on_arrival=False)
     tier = config.tier_for(None, 2)
-    params = CallParams.for_call(level=2, predicted_tokens=90, accepted_at=1700000000.0, tier=tier, config=config)
+    params = CallParams.for_call(level=2, predicted_tokens=90, accepted_at=1700000000.0, tier=tier, config=config,
+                                 ref="17#2")
     assert CallParams.from_extra_args(params.to_extra_args(), priority=None, now=0.0) == params
     assert all(key.startswith(PREFIX) for key in params.to_extra_args())
 
@@ -99,6 +100,14 @@ def test_a_request_without_our_values_takes_its_level_from_vllm_priority_clamped
     assert CallParams.from_extra_args(None, priority=9, now=5.0) == CallParams(
         level=5, predicted_tokens=UNPREDICTED_OUTPUT_TOKENS, accepted_at=5.0)
     assert CallParams.from_extra_args({}, priority=None, now=5.0).level == UNTRIAGED_LEVEL
+
+
+def test_a_preemption_notice_round_trips_and_names_the_submission_it_is_about():
+    from scheduler.preemption_notice import PreemptionNotice, parse_ref, submission_ref
+
+    notice = PreemptionNotice(ref=submission_ref("call-17", 3), preemptions=2, computed_tokens=140)
+    assert PreemptionNotice.from_bytes(notice.to_bytes()) == notice
+    assert parse_ref(notice.ref) == ("call-17", 3)
 
 
 # --- the board --------------------------------------------------------------------------------------------------

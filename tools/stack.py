@@ -66,6 +66,7 @@ class Stack:
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     commands: dict[str, tuple[list[str], dict[str, str]]] = field(default_factory=dict)
     restarts: dict[str, int] = field(default_factory=dict)
+    vllm_events: list[str] = field(default_factory=list)  # the started vLLM servers' preemption-notice endpoints
 
     def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         """Start a child in a session of its own (so its own children, e.g. Celery's pool, stop with it). A child
@@ -117,14 +118,23 @@ class Stack:
 
     def start_vllm(self, model: str, replicas: int = 1, **options: object) -> list[str]:
         """Start ``replicas`` vLLM servers (the vLLM environment, our plug-in for the semantic policy), wait
-        until they answer; returns their URLs, for the inference worker's VLLM_URLS."""
-        from inference.backends.vllm_server import server_argv, server_env, wait_until_healthy
+        until they answer; returns their URLs, for the inference worker's VLLM_URLS (their preemption-notice
+        endpoints, for its VLLM_EVENTS, are in ``vllm_events``)."""
+        from inference.backends.vllm_server import (
+            notice_endpoint,
+            server_argv,
+            server_env,
+            wait_until_healthy,
+        )
 
         started = {}
+        self.vllm_events.clear()
         for i in range(replicas):
-            port = free_port()
-            self.start(f"vllm-{i}", server_argv(model, port, **options), env=server_env(self.env))
+            port, events_port = free_port(), free_port()
+            self.start(f"vllm-{i}", server_argv(model, port, **options),
+                       env=server_env(self.env, events_port=events_port))
             started[f"http://127.0.0.1:{port}"] = self.processes[f"vllm-{i}"]
+            self.vllm_events.append(notice_endpoint(events_port))
         wait_until_healthy(started)
         return list(started)
 

@@ -68,6 +68,8 @@ class ResultSink:
         """Buffer one engine iteration: preemptions, first tokens and decoding, tokens, finished calls."""
         pending = self.pending
         at = datetime.now(UTC)
+        for rid in result.prefilling_ids:
+            pending.of(call_id_of(rid)).move(CallStatus.PREFILLING, at=at)
         for rid, mode, kept in result.preempted:
             pending.of(call_id_of(rid)).move(CallStatus.PREEMPTED, at=at, mode=str(mode), kept_tokens=kept)
             self.stats[f"preemptions_{mode}"] += 1

@@ -34,12 +34,14 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from inference.backends.vllm_replica import Replica, listen_for_preemptions, server_healthy
 from inference.engine import FinishedEvent, StepResult, TokenEvent
 from scheduler.call_params import CallParams
 from scheduler.config import SchedulerConfig
 from scheduler.decision import KVUsage, PreemptionMode
 from scheduler.policies.displacement import more_urgent_level, never_displaces
 from scheduler.policies.semantic import semantic_token_key
+from scheduler.preemption_notice import PreemptionNotice, parse_ref, submission_ref
 from scheduler.request import Request, Stage
 from scheduler.routing import ReplicaState, route
 from scheduler.settings_on_vllm import changed_but_not_applied, not_applied
@@ -47,17 +49,6 @@ from scheduler.settings_on_vllm import changed_but_not_applied, not_applied
 log = logging.getLogger("inference.vllm_pool")
 
 POLICIES = ("semantic", "priority", "fcfs")
-
-
-@dataclass
-class Replica:
-    url: str
-    up: bool = True
-    checking: bool = False
-
-    @property
-    def name(self) -> str:
-        return self.url
 
 
 @dataclass
@@ -76,12 +67,13 @@ class PoolSequence:
 
 @dataclass(frozen=True)
 class _Event:
-    kind: str  # "text", "end", "closed", "lost", "error"
+    kind: str  # "text", "end", "closed", "lost", "error", "preempted"
     request_id: str
     submission: int
     text: str = ""
     finish_reason: str = ""
     completion_tokens: int = 0  # this submission's tokens so far (vLLM's continuous usage)
+    computed_tokens: int = 0  # "preempted": the KV its server dropped
 
 
 @dataclass
@@ -99,6 +91,9 @@ class VllmPool:
     config: SchedulerConfig = field(default_factory=SchedulerConfig)
     tick_s: float = 0.02
     connect_timeout_s: float = 5.0
+    # Each replica's preemption-notice endpoint (tcp://host:port, VLLM_EVENTS); none: preemptions inside a
+    # server go unrecorded on the call (its stream just pauses)
+    events: Sequence[str] = ()
     sequences: dict[str, PoolSequence] = field(default_factory=dict)
     constrains_read_out: ClassVar[bool] = False  # the stream guard holds the servers' text
 
@@ -113,6 +108,9 @@ class VllmPool:
         self.resubmissions = 0
         # add_request runs in the intake thread, cancel and reprioritise in the control thread, step in the loop
         self._lock = threading.RLock()
+        if self.events:
+            threading.Thread(target=listen_for_preemptions, args=(self.events, self._on_notice),
+                             name="vllm-notices", daemon=True).start()
         log.warning("scheduler settings that vLLM does not apply (scheduler/settings_on_vllm.py): %s",
                     "; ".join(not_applied(self.config)))
 
@@ -253,7 +251,7 @@ class VllmPool:
             # a continuation is keyed by what is left of its predicted answer, as the pool keys it
             params = CallParams.for_call(level=r.level, predicted_tokens=max(1, r.predicted_output_tokens - seq.tokens),
                                          accepted_at=r.arrival_s, tier=self.config.tier_for(r.tier, r.level),
-                                         config=self.config)
+                                         config=self.config, ref=submission_ref(r.id, seq.submission))
             body["vllm_xargs"] = params.to_extra_args()
         return body
 
@@ -294,6 +292,10 @@ class VllmPool:
         finally:
             conn.close()
 
+    def _on_notice(self, notice: PreemptionNotice) -> None:
+        request_id, submission = parse_ref(notice.ref)
+        self._events.put(_Event("preempted", request_id, submission, computed_tokens=notice.computed_tokens))
+
     def _close(self, seq: PoolSequence, why: str) -> None:
         seq.stop = why
         conn = seq.connection
@@ -331,6 +333,11 @@ class VllmPool:
             self._finish(seq, "error", result, error=event.text)
         elif event.kind == "closed" and seq.stop == "cancel":
             self._finish(seq, "cancelled", result)
+        elif event.kind == "preempted":  # paused inside its server, which drops its KV and recomputes it
+            if seq.replica is not None and event.computed_tokens:  # it had a slot: its server computed some
+                if not seq.tokens:
+                    result.prefilling_ids.append(rid)  # no token had reached us: it was computing its prompt
+                result.preempted.append((rid, PreemptionMode.DROP, 0))
         else:  # lost with its replica, or closed to be resubmitted: back to the global queue, as a continuation
             if event.kind == "lost":
                 self._replica_down(seq.replica)
@@ -360,28 +367,3 @@ class VllmPool:
             if server_healthy(replica.url):
                 log.info("vLLM server %s is back", replica.url)
                 replica.up = True
-
-
-def server_healthy(url: str, timeout_s: float = 1.0) -> bool:
-    parts = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
-    try:
-        conn.request("GET", f"{parts.path}/health")
-        return conn.getresponse().status == 200
-    except (OSError, http.client.HTTPException):
-        return False
-    finally:
-        conn.close()
-
-
-def server_metric(url: str, name: str, timeout_s: float = 2.0) -> float:
-    """The sum of a counter or gauge over its label sets in a server's Prometheus ``/metrics``."""
-    parts = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
-    try:
-        conn.request("GET", f"{parts.path}/metrics")
-        text = conn.getresponse().read().decode()
-    finally:
-        conn.close()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(name) and not line.startswith("#") and line[len(name)] in "{ ")

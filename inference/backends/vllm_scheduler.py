@@ -53,6 +53,7 @@ import time
 from itertools import islice
 from typing import Any
 
+import zmq  # vLLM's own dependency
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.request_queue import SchedulingPolicy
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -67,6 +68,7 @@ from scheduler.policies.displacement import (
     preemption_allowed,
 )
 from scheduler.policies.semantic import semantic_token_key
+from scheduler.preemption_notice import PreemptionNotice, events_bind_endpoint
 
 _LEVEL_SHIFT, _FLAG_SHIFT = 50, 49
 _VALUE_MASK = (1 << _FLAG_SHIFT) - 1
@@ -104,6 +106,17 @@ def pack_key(key: tuple[int, int, float]) -> int:
     return (int(level) << _LEVEL_SHIFT) | (int(flag) << _FLAG_SHIFT) | min(max(int(value), 0), _VALUE_MASK)
 
 
+def _notice_socket(endpoint: str):  # noqa: ANN202 - a zmq PUB socket, or None
+    """A PUB socket bound where ``TRIAGE_VLLM_EVENTS`` says (e.g. ``tcp://*:5557``); none when it is unset."""
+    if not endpoint:
+        return None
+    socket = zmq.Context.instance().socket(zmq.PUB)
+    socket.setsockopt(zmq.SNDHWM, 10_000)  # beyond this many unsent notices, PUB drops; it never blocks
+    socket.setsockopt(zmq.LINGER, 0)
+    socket.bind(endpoint)
+    return socket
+
+
 class SemanticPolicy:
     """The semantic rules, mixed in before a vLLM scheduler base (it calls that base's methods and state)."""
 
@@ -116,6 +129,7 @@ class SemanticPolicy:
         self.keys: dict[str, tuple] = {}
         self._rekey_at: list[tuple[float, str]] = []  # (Unix time, request id): aging events of waiting requests
         self.arrival_preemptions = 0
+        self._notices = _notice_socket(events_bind_endpoint())
 
     # --- vLLM's entry points -----------------------------------------------------------------------------
     def add_request(self, request: Request) -> None:
@@ -133,6 +147,18 @@ class SemanticPolicy:
         self.running.sort(key=lambda r: self.keys.get(r.request_id, _LAST))  # O(b log b)
         self._preempt_for_more_urgent()
         return super().schedule(throttle_prefills)
+
+    def _preempt_request(self, request: Request, timestamp: float, *args: Any, **kwargs: Any) -> None:
+        """vLLM's preemption (ours on arrival, and its own when KV blocks run out), then a notice to the pool."""
+        computed = request.num_computed_tokens
+        super()._preempt_request(request, timestamp, *args, **kwargs)
+        call = self.calls.get(request.request_id)
+        if self._notices is not None and call is not None and call.ref:
+            notice = PreemptionNotice(call.ref, request.num_preemptions, computed)
+            try:
+                self._notices.send(notice.to_bytes(), flags=zmq.NOBLOCK)
+            except zmq.ZMQError:  # a notice never stops a step: the call is unaffected, only its record
+                pass
 
     # --- the semantic rules --------------------------------------------------------------------------------
     def key_of(self, request: Request, now: float) -> tuple[int, int, float]:

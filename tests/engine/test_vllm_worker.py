@@ -10,8 +10,9 @@ from collections import Counter
 
 import pytest
 
-from inference.backends.vllm_pool import server_metric
+from inference.backends.vllm_replica import server_metric
 from tests.engine.worker_calls import burst, statuses
+from triage.audit_actions import AuditAction
 from triage.models import AuditEvent, Call, CallStatus
 from triage.services.errors import InvalidTransition
 
@@ -29,7 +30,8 @@ def _wait_for(predicate, timeout_s: float, what: str, log) -> None:  # noqa: ANN
 
 
 def _vllm_env(servers) -> dict[str, str]:  # noqa: ANN001
-    return {"INFERENCE_BACKEND": "vllm", "VLLM_URLS": ",".join(s.url for s in servers), "VLLM_MAX_NUM_SEQS": "2"}
+    return {"INFERENCE_BACKEND": "vllm", "VLLM_URLS": ",".join(s.url for s in servers), "VLLM_MAX_NUM_SEQS": "2",
+            "VLLM_EVENTS": ",".join(s.events for s in servers)}
 
 
 @pytest.fixture(scope="module")
@@ -75,6 +77,28 @@ def test_calls_cancelled_mid_burst_are_aborted_and_never_stored_as_done(replicas
     assert {statuses(cancelled)[i] for i in cancelled} == {CallStatus.CANCELLED}
     assert not AuditEvent.objects.filter(call_id__in=cancelled, to_status=CallStatus.DONE).exists()
     assert len(cancelled) >= 2
+
+
+def test_a_call_preempted_inside_a_vllm_server_is_recorded_preempted_with_an_audit_row(
+    vllm_servers, start_inference_worker, monkeypatch
+):
+    """Two servers whose KV cache (four blocks of 128 tokens, one request at max_model_len) cannot hold three
+    running calls once each passes 128 tokens (a prompt of about 90, an answer of about 60): vLLM preempts one
+    on its own, through the plug-in's ``_preempt_request`` as on arrival, and the plug-in's notice makes the
+    worker record it on the call (scheduler/preemption_notice.py). Deterministic: no race with an arrival."""
+    tight = vllm_servers(2, max_num_seqs=3, kv_blocks=5)  # vLLM keeps one of the five blocks as its null block
+    ids = burst(12, monkeypatch, predicted_output_tokens=200, levels=[5, 4] * 6)
+    worker = start_inference_worker("vllm-preempt", extra_env={**_vllm_env(tight), "VLLM_MAX_NUM_SEQS": "3"},
+                                    max_new_tokens=200)
+    _wait_for(lambda: set(statuses(ids).values()) == {CallStatus.DONE}, 180, "every call done", worker.log)
+    preempted = AuditEvent.objects.filter(call_id__in=ids, action=AuditAction.CALL_PREEMPTED)
+    inside = sum(server_metric(s.url, "vllm:num_preemptions_total") for s in tight)
+    assert preempted.count() >= 1 and inside >= 1, worker.log()[-3000:]
+    assert {event.data.get("mode") for event in preempted} == {"drop"}  # vLLM recomputes its victims
+    for call in Call.objects.filter(pk__in={event.call_id for event in preempted}):
+        assert call.preemption_count >= 1 and call.last_preempted_at is not None
+    done = Counter(AuditEvent.objects.filter(call_id__in=ids, to_status=CallStatus.DONE).values_list("call_id", flat=True))
+    assert set(done.values()) == {1}  # each victim resumed on its server and was stored once
 
 
 def test_killing_one_of_two_vllm_replicas_mid_burst_loses_no_call(replicas, start_inference_worker, monkeypatch):

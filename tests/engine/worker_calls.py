@@ -37,8 +37,10 @@ class FixedPrediction:
     patient_age: float | None = None
 
 
-def burst(n: int, monkeypatch, predicted_output_tokens: int = 32) -> list[int]:  # noqa: ANN001
-    """n calls through intake and triage; the triage service appends their stream entries on commit."""
+def burst(n: int, monkeypatch, predicted_output_tokens: int = 32,  # noqa: ANN001
+          levels: list[int] | None = None) -> list[int]:
+    """n calls through intake and triage; the triage service appends their stream entries on commit. Their
+    levels cycle through ESI 1-5, or are ``levels``."""
     from triage.services import calls as call_services
     from triage.services.assessments import calls_triage_record
     from triage.services.calls import call_create
@@ -51,7 +53,7 @@ def burst(n: int, monkeypatch, predicted_output_tokens: int = 32) -> list[int]: 
     ]
     predictions = []
     for i in range(n):
-        esi = 1 + i % 5
+        esi = levels[i] if levels is not None else 1 + i % 5
         probabilities = tuple(0.8 if level == esi else 0.05 for level in range(1, 6))
         predictions.append(FixedPrediction(esi=esi, probabilities=probabilities, predicted_output_tokens=predicted_output_tokens))
     calls_triage_record(calls=created, predictions=predictions, model_version="test", latency_ms=1.0)

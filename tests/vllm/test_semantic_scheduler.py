@@ -143,3 +143,32 @@ def test_the_asynchronous_plugin_also_serves_an_engine_without_it(tiny_model):
     engine = make_engine(tiny_model, SEMANTIC["async"], mode="sync")
     result = run(engine, full_batch_then_urgent("cpu-async"))
     assert result.first_token_step["cpu-async-urgent"] - 5 <= 2
+
+
+def test_each_preemption_is_published_naming_the_submission_for_the_pool(tiny_model, mode, monkeypatch):
+    """The plug-in's notice (scheduler/preemption_notice.py) on its PUB socket: the victim's ``ref``, its count."""
+    import socket
+
+    import zmq
+
+    from scheduler.preemption_notice import PreemptionNotice
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("TRIAGE_VLLM_EVENTS", f"tcp://127.0.0.1:{port}")
+    engine = make_engine(tiny_model, SEMANTIC[mode], mode=mode)
+    subscriber = zmq.Context.instance().socket(zmq.SUB)
+    subscriber.setsockopt(zmq.SUBSCRIBE, b"")
+    subscriber.connect(f"tcp://127.0.0.1:{port}")
+    time.sleep(0.3)  # PUB drops what it sends before a subscriber has joined
+    lows = [(f"low{i}", f"{PROMPT} caller {i}", params(5, LOW_TOKENS, ref=f"call-{i}#1")) for i in range(4)]
+    run(engine, {0: lows, 5: [("urgent", PROMPT, params(1, 30, ref="call-9#1"))]})
+    notices = []
+    while subscriber.poll(500):
+        notices.append(PreemptionNotice.from_bytes(subscriber.recv()))
+    subscriber.close()
+    assert len(notices) == scheduler_of(engine).arrival_preemptions == 1
+    [notice] = notices
+    assert notice.ref in {f"call-{i}#1" for i in range(4)} and notice.preemptions == 1
+    assert notice.computed_tokens > 0

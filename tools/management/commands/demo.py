@@ -76,7 +76,7 @@ class Command(BaseCommand):
                                     max_num_seqs=t["VLLM_MAX_NUM_SEQS"], max_model_len=t["VLLM_MAX_MODEL_LEN"],
                                     served_name=t["VLLM_MODEL"],
                                     max_num_batched_tokens=t["VLLM_MAX_NUM_BATCHED_TOKENS"])
-            stack.env = dict(stack.env, VLLM_URLS=",".join(urls))
+            stack.env = dict(stack.env, VLLM_URLS=",".join(urls), VLLM_EVENTS=",".join(stack.vllm_events))
             self.stdout.write(f"vLLM:   {', '.join(urls)}")
         stack.start_inference()
 

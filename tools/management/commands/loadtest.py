@@ -233,6 +233,7 @@ class Command(BaseCommand):
                                 served_name=settings.TRIAGE["VLLM_MODEL"],
                                 max_model_len=settings.TRIAGE["VLLM_MAX_MODEL_LEN"])
         stack.env = dict(stack.env, INFERENCE_BACKEND="vllm", VLLM_URLS=",".join(urls),
+                         VLLM_EVENTS=",".join(stack.vllm_events),
                          VLLM_MAX_NUM_SEQS=str(o["max_num_seqs"]))
         return urls
 
@@ -292,7 +293,7 @@ class Command(BaseCommand):
 
 def _vllm_preemptions(urls: list[str]) -> int:
     """Preemptions the servers made in this run (they start fresh for each policy)."""
-    from inference.backends.vllm_pool import server_metric
+    from inference.backends.vllm_replica import server_metric
 
     return int(sum(server_metric(url, "vllm:num_preemptions_total") for url in urls))
 
