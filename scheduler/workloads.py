@@ -161,6 +161,8 @@ def burst_workload(
 # Mass-casualty mixes, an assumption to vary, not a measurement: the background is an ordinary day's calls (most
 # ESI 3-4, few ESI 1), the burst an incident's casualties (far more ESI 1-2, the walking wounded at 4-5).
 BACKGROUND_ESI_MIX = {1: 0.02, 2: 0.15, 3: 0.40, 4: 0.30, 5: 0.13}
+# A dispatch centre's day: mostly low acuity, few ESI-1 (issue 31's slot-bound workload).
+DISPATCH_CENTRE_ESI_MIX = {1: 0.03, 2: 0.17, 3: 0.40, 4: 0.28, 5: 0.12}
 CASUALTY_ESI_MIX = {1: 0.15, 2: 0.30, 3: 0.25, 4: 0.20, 5: 0.10}
 
 

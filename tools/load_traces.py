@@ -1,5 +1,5 @@
 """The call traces ``manage.py loadtest`` replays: the corpus's calls on burst, Poisson or mass-casualty offsets,
-optionally only those the classifier puts at given levels."""
+a dispatch centre's day (written calls, Poisson), optionally only those the classifier puts at given levels."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from pathlib import Path
 from django.conf import settings
 
 CORPUS = Path(settings.BASE_DIR) / "fixtures" / "calls" / "calls.jsonl"
+WRITTEN = Path(settings.BASE_DIR) / "fixtures" / "calls" / "written"
 
 
 def load_trace(path: Path, n: int, pattern: str, rate: float, seed: int, duration_s: float = 120.0,
@@ -17,8 +18,10 @@ def load_trace(path: Path, n: int, pattern: str, rate: float, seed: int, duratio
     """(offset seconds, record) for n calls: every ESI level represented, shuffled, seeded. ``mass-casualty``: a
     Poisson background at ``rate`` over ``duration_s`` and a burst of n calls over 10 s from ``burst_at_s``,
     the levels drawn in the simulator's mixes (scheduler.workloads), each a corpus call of that level."""
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     rng = random.Random(seed)
+    if pattern == "dispatch":
+        return _dispatch_centre(n, rate, rng)
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     if pattern == "mass-casualty":
         return _mass_casualty(records, rng, n, rate, duration_s, burst_at_s)
     rng.shuffle(records)
@@ -48,6 +51,25 @@ def _mass_casualty(records: list[dict], rng: random.Random, n: int, rate: float,
         t += rng.expovariate(rate)
     trace += [(burst_at_s + rng.uniform(0.0, 10.0), call(CASUALTY_ESI_MIX)) for _ in range(n)]
     return sorted(trace, key=lambda item: item[0])
+
+
+def _dispatch_centre(n: int, rate: float, rng: random.Random) -> list[tuple[float, dict]]:
+    """n calls at Poisson offsets (``rate`` per second), their levels drawn in a dispatch centre's mix, each a
+    written call (fixtures/calls/written/, by its label) of that level."""
+    from scheduler.workloads import DISPATCH_CENTRE_ESI_MIX
+
+    by_level: dict[int, list[dict]] = {}
+    for path in sorted(WRITTEN.glob("calls-*.jsonl")):
+        for line in path.read_text().splitlines():
+            if line.strip():
+                record = json.loads(line)
+                by_level.setdefault(int(record["esi"]), []).append(record)
+    levels, weights = list(DISPATCH_CENTRE_ESI_MIX), list(DISPATCH_CENTRE_ESI_MIX.values())
+    trace, t = [], 0.0
+    for _ in range(n):
+        trace.append((t, rng.choice(by_level[rng.choices(levels, weights=weights)[0]])))
+        t += rng.expovariate(rate)
+    return trace
 
 
 def only_levels(trace: list[tuple[float, dict]], levels: set[int]) -> list[tuple[float, dict]]:

@@ -85,3 +85,18 @@ def test_a_mass_casualty_trace_lands_its_burst_on_a_poisson_background_weighted_
         return sum(r["esi"] <= 2 for r in records) / len(records)
 
     assert urgent(burst) > 0.35 and urgent(background) < 0.25  # the mixes: 45 % and 17 % ESI 1-2
+
+
+def test_a_dispatch_centre_trace_is_poisson_at_its_rate_mostly_low_acuity_and_of_written_calls():
+    from collections import Counter
+
+    from scheduler.workloads import DISPATCH_CENTRE_ESI_MIX
+    from tools.load_traces import CORPUS, load_trace
+
+    trace = load_trace(CORPUS, 2000, "dispatch", 0.5, seed=5)
+    offsets = [t for t, _ in trace]
+    assert offsets == sorted(offsets) and 3600 <= offsets[-1] <= 4400  # 2000 calls at 0.5/s: ~4000 s
+    shares = Counter(r["esi"] for _, r in trace)
+    for level, share in DISPATCH_CENTRE_ESI_MIX.items():
+        assert abs(shares[level] / len(trace) - share) < 0.03, level
+    assert all(r["id"].startswith("w") for _, r in trace)  # fixtures/calls/written/

@@ -4,6 +4,8 @@ scheduling policy after another on the identical trace, and compare per-ESI late
     manage.py loadtest --calls 200 --pattern burst --policy semantic,fcfs --json
     manage.py loadtest --pattern mass-casualty --calls 150 --rate 0.5 --duration 120 --policy semantic \
         --surge-control on,off --json           # a burst on a Poisson background, the surge controller on and off
+    manage.py loadtest --backend vllm --pattern dispatch --rate 0.4 --calls 300 --max-num-seqs 4 \
+        --policy fcfs,priority,semantic --json  # a dispatch centre's day where slots bind
 
 Without --url it starts the web server, the Celery worker and the inference worker itself (restarting Celery
 and the inference worker, with `--policy P`, before each policy, on an inference stream of that run and policy
@@ -94,6 +96,7 @@ def summarise(policy: str, call_ids: list[int], since: float | None = None) -> d
     return {
         "policy": policy, "calls": len(calls), "completed": len(done), "by_esi": by_esi, "surge_modes": modes,
         "preemptions": preemptions, "throughput_tokens_per_s": round(tokens / span, 2) if span else None,
+        "throughput_calls_per_s": round(len(done) / span, 3) if span else None,
     }
 
 
@@ -102,7 +105,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):  # noqa: ANN001
         parser.add_argument("--calls", type=int, default=200)
-        parser.add_argument("--pattern", choices=["burst", "poisson", "mass-casualty"], default="burst")
+        parser.add_argument("--pattern", choices=["burst", "poisson", "mass-casualty", "dispatch"], default="burst",
+                            help="dispatch: Poisson at --rate, a dispatch centre's ESI mix (3/17/40/28/12 %%) of "
+                                 "written calls; set --rate to 0.8-0.95 of the calls/s a burst completes")
         parser.add_argument("--rate", type=float, default=5.0, help="calls per second (poisson; mass-casualty's background)")
         parser.add_argument("--duration", type=float, default=120.0, help="seconds of background (mass-casualty)")
         parser.add_argument("--burst-at", type=float, default=30.0, help="when the burst lands (mass-casualty)")
@@ -278,7 +283,8 @@ class Command(BaseCommand):
 
     def _print(self, r: dict) -> None:
         w = self.stdout.write
-        w(f"\n== {r['policy']}: {r['completed']}/{r['calls']} done, {r['throughput_tokens_per_s']} tok/s, "
+        w(f"\n== {r['policy']}: {r['completed']}/{r['calls']} done, {r['throughput_tokens_per_s']} tok/s "
+          f"({r['throughput_calls_per_s']} calls/s), "
           f"preemptions {r['preemptions']}")
         w("ESI  count  TTFT p50   TTFT p99   E2E p50    E2E p99    norm wait  triage p50 engine p50 TTFT att TPOT att")
         for level, s in r["by_esi"].items():
