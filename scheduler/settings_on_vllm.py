@@ -77,20 +77,20 @@ def not_applying_note(on_vllm: OnVllm) -> str:
 def not_applied(config: SchedulerConfig) -> list[str]:
     """Every setting in ``config`` that vLLM does not apply, with its value (``name=value``; a tier's as
     ``tier NAME: name=value``): what the worker logs when it starts on vLLM. O(fields x tiers)."""
-    lines = [f"{name}={getattr(config, name)!r}" for name, on_vllm in SCHEDULER_SETTINGS.items()
-             if not on_vllm.applies and hasattr(config, name)]
-    for tier in config.tiers.values():
-        lines += [f"tier {tier.name}: {name}={getattr(tier, name)!r}" for name, on_vllm in TIER_SETTINGS.items()
-                  if not on_vllm.applies and hasattr(tier, name)]
-    return lines
+    return [line for line, _ in _not_applied(config)]
 
 
 def changed_but_not_applied(old: SchedulerConfig, new: SchedulerConfig) -> list[str]:
     """The settings an administrator changed from ``old`` to ``new`` that vLLM does not apply, each with why."""
     before = set(not_applied(old))
-    return [f"{line} ({_why(line)})" for line in not_applied(new) if line not in before]
+    return [f"{line} ({why})" for line, why in _not_applied(new) if line not in before]
 
 
-def _why(line: str) -> str:
-    name = line.split(": ", 1)[-1].split("=", 1)[0]
-    return (SCHEDULER_SETTINGS.get(name) or TIER_SETTINGS[name]).how
+def _not_applied(config: SchedulerConfig) -> list[tuple[str, str]]:
+    """(``name=value`` line, why vLLM does not apply it) for each such setting in ``config``."""
+    lines = [(f"{name}={getattr(config, name)!r}", on_vllm.how) for name, on_vllm in SCHEDULER_SETTINGS.items()
+             if not on_vllm.applies and hasattr(config, name)]
+    for tier in config.tiers.values():
+        lines += [(f"tier {tier.name}: {name}={getattr(tier, name)!r}", on_vllm.how)
+                  for name, on_vllm in TIER_SETTINGS.items() if not on_vllm.applies and hasattr(tier, name)]
+    return lines

@@ -21,7 +21,7 @@ def load_trace(path: Path, n: int, pattern: str, rate: float, seed: int, duratio
     rng = random.Random(seed)
     if pattern == "dispatch":
         return _dispatch_centre(n, rate, rng)
-    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    records = _read_jsonl([path])
     if pattern == "mass-casualty":
         return _mass_casualty(records, rng, n, rate, duration_s, burst_at_s)
     rng.shuffle(records)
@@ -38,12 +38,10 @@ def _mass_casualty(records: list[dict], rng: random.Random, n: int, rate: float,
                    burst_at_s: float) -> list[tuple[float, dict]]:
     from scheduler.workloads import BACKGROUND_ESI_MIX, CASUALTY_ESI_MIX
 
-    by_level: dict[int, list[dict]] = {}
-    for record in records:
-        by_level.setdefault(int(record["esi"]), []).append(record)
+    by_level = _by_level(records)
 
     def call(mix: dict[int, float]) -> dict:
-        return rng.choice(by_level[rng.choices(list(mix), weights=list(mix.values()))[0]])
+        return _call_in_mix(rng, by_level, mix)
 
     trace, t = [], rng.expovariate(rate)
     while t < duration_s:
@@ -58,18 +56,28 @@ def _dispatch_centre(n: int, rate: float, rng: random.Random) -> list[tuple[floa
     written call (fixtures/calls/written/, by its label) of that level."""
     from scheduler.workloads import DISPATCH_CENTRE_ESI_MIX
 
-    by_level: dict[int, list[dict]] = {}
-    for path in sorted(WRITTEN.glob("calls-*.jsonl")):
-        for line in path.read_text().splitlines():
-            if line.strip():
-                record = json.loads(line)
-                by_level.setdefault(int(record["esi"]), []).append(record)
-    levels, weights = list(DISPATCH_CENTRE_ESI_MIX), list(DISPATCH_CENTRE_ESI_MIX.values())
+    by_level = _by_level(_read_jsonl(sorted(WRITTEN.glob("calls-*.jsonl"))))
     trace, t = [], 0.0
     for _ in range(n):
-        trace.append((t, rng.choice(by_level[rng.choices(levels, weights=weights)[0]])))
+        trace.append((t, _call_in_mix(rng, by_level, DISPATCH_CENTRE_ESI_MIX)))
         t += rng.expovariate(rate)
     return trace
+
+
+def _read_jsonl(paths: list[Path]) -> list[dict]:
+    return [json.loads(line) for path in paths for line in path.read_text().splitlines() if line.strip()]
+
+
+def _by_level(records: list[dict]) -> dict[int, list[dict]]:
+    by_level: dict[int, list[dict]] = {}
+    for record in records:
+        by_level.setdefault(int(record["esi"]), []).append(record)
+    return by_level
+
+
+def _call_in_mix(rng: random.Random, by_level: dict[int, list[dict]], mix: dict[int, float]) -> dict:
+    """A level drawn in ``mix``, then one of its calls."""
+    return rng.choice(by_level[rng.choices(list(mix), weights=list(mix.values()))[0]])
 
 
 def only_levels(trace: list[tuple[float, dict]], levels: set[int]) -> list[tuple[float, dict]]:

@@ -147,15 +147,12 @@ def test_the_asynchronous_plugin_also_serves_an_engine_without_it(tiny_model):
 
 def test_each_preemption_is_published_naming_the_submission_for_the_pool(tiny_model, mode, monkeypatch):
     """The plug-in's notice (scheduler/preemption_notice.py) on its PUB socket: the victim's ``ref``, its count."""
-    import socket
-
     import zmq
 
     from scheduler.preemption_notice import PreemptionNotice
+    from tools.stack import free_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     monkeypatch.setenv("TRIAGE_VLLM_EVENTS", f"tcp://127.0.0.1:{port}")
     engine = make_engine(tiny_model, SEMANTIC[mode], mode=mode)
     subscriber = zmq.Context.instance().socket(zmq.SUB)
