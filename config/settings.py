@@ -318,6 +318,8 @@ TRIAGE = {
     "VLLM_EVENTS": [u.strip() for u in os.environ.get("VLLM_EVENTS", "").split(",") if u.strip()],
     "VLLM_MODEL": os.environ.get("VLLM_MODEL", "guidance"),  # the servers' --served-model-name
     "VLLM_POLICY": os.environ.get("VLLM_POLICY", "semantic"),
+    # How the worker routes calls over the servers (scheduler/routing.py ROUTING_RULES); empty: its default
+    "VLLM_ROUTING": os.environ.get("VLLM_ROUTING", ""),
     "VLLM_MAX_NUM_SEQS": _env_int("VLLM_MAX_NUM_SEQS", 32),
     "VLLM_MAX_MODEL_LEN": _env_int("VLLM_MAX_MODEL_LEN", 512),
     # Each local server's --max-num-batched-tokens: the tokens one engine step computes, so how long a step lasts

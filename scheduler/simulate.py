@@ -3,6 +3,9 @@ runs ``scheduler.simulator.simulate`` per policy and prints a table, JSON or a p
 
     python -m scheduler.simulate --policy semantic,fcfs --profile a100-4b --workload paper --gap 1.0 \
         --concurrency 100 --seed 0 [--json] [--plot out.png]        (--help for the rest)
+
+With ``--replicas N`` each policy runs on N engines behind the router, once per ``--routing`` rule
+(``scheduler.replica_simulator``).
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from scheduler import simulator
 from scheduler.config import ESI_LEVELS, EVICTION_MODES, STAGE_MERGE_MODES, SchedulerConfig
 from scheduler.cost import PRESETS, CostModel
 from scheduler.policies import POLICIES
+from scheduler.replica_simulator import simulate_replicas
+from scheduler.routing import DEFAULT_ROUTING, ROUTING_RULES, RoutingRule
 from scheduler.simulator import simulate
 from scheduler.triage_stage import BATCHING_MODES, ClassifierCost, TriageStage
 from scheduler.workloads import (
@@ -26,6 +31,7 @@ from scheduler.workloads import (
     Prediction,
     UrgencyErrorModel,
     burst_workload,
+    dispatch_workload,
     mass_casualty_workload,
     paper_workload,
     poisson_workload,
@@ -40,6 +46,8 @@ def build_workload(args: argparse.Namespace) -> tuple[list[Arrival], list[Predic
         arrivals = paper_workload(rng, gap_s=args.gap, concurrency=args.concurrency, slots=args.slots)
     elif args.workload == "poisson":
         arrivals = poisson_workload(rng, rate_per_s=args.rate, requests=args.requests)
+    elif args.workload == "dispatch":
+        arrivals = dispatch_workload(rng, rate_per_s=args.rate, requests=args.requests)
     elif args.workload == "mass-casualty":
         arrivals = mass_casualty_workload(rng, background_rate_per_s=args.rate, duration_s=args.duration,
                                           burst_size=args.concurrency, burst_at_s=args.burst_at)
@@ -94,12 +102,22 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                                  description=(simulator.__doc__ or "").split("\n\n")[0])
     ap.add_argument("--policy", default="semantic", help=f"comma-separated, from {','.join(POLICIES)}")
     ap.add_argument("--profile", default="a100-4b", choices=sorted(PRESETS))
-    ap.add_argument("--workload", default="paper", choices=("paper", "poisson", "burst", "mass-casualty", "trace"))
+    ap.add_argument("--workload", default="paper", choices=("paper", "poisson", "dispatch", "burst", "mass-casualty", "trace"),
+                    help="dispatch: Poisson at --rate with a dispatch centre's ESI mix (3/17/40/28/12 %%)")
     ap.add_argument("--gap", type=float, default=1.0, help="seconds between arrival slots (paper, burst)")
     ap.add_argument("--concurrency", type=int, default=100, help="max requests per slot (paper), burst size")
     ap.add_argument("--slots", type=int, default=20, help="arrival slots (paper), bursts (burst)")
-    ap.add_argument("--rate", type=float, default=10.0, help="arrivals per second (poisson; burst background)")
-    ap.add_argument("--requests", type=int, default=1000, help="number of requests (poisson)")
+    ap.add_argument("--rate", type=float, default=10.0, help="arrivals per second (poisson, dispatch; burst background)")
+    ap.add_argument("--requests", type=int, default=1000, help="number of requests (poisson, dispatch)")
+    ap.add_argument("--replicas", type=int, default=1, help="engines behind the router (each runs --policy)")
+    ap.add_argument("--routing", default=DEFAULT_ROUTING,
+                    help=f"with --replicas: comma-separated, from {','.join(ROUTING_RULES)}")
+    ap.add_argument("--reserve-slots", type=int, default=RoutingRule.reserve_slots,
+                    help="gorouting: free slots across the pool kept for ESI 1-2")
+    ap.add_argument("--replica-profiles", default="",
+                    help="with --replicas: a cost profile per replica, comma-separated (a mixed fleet)")
+    ap.add_argument("--max-unstarted", type=int, default=4,
+                    help="with --replicas: calls a replica may hold that await their first token (as the pool)")
     ap.add_argument("--trace", help="JSONL trace: t, esi, prompt_tokens, output_tokens")
     ap.add_argument("--duration", type=float, default=300.0, help="seconds of background (mass-casualty)")
     ap.add_argument("--burst-at", type=float, default=60.0, help="when the burst lands (mass-casualty)")
@@ -143,15 +161,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def format_table(results: Sequence[dict[str, Any]]) -> str:
-    head = f"{'policy':<9}" + "".join(f"{'ESI' + k + ' wait':>12}" for k in "12345")
-    head += f"{'all wait':>10}{'ESI1 p99':>10}{'ESI5 p99':>10}{'preempt':>9}{'tok/s':>8}{'TDG':>6}"
+    width = max([9] + [len(res["policy"]) + 1 for res in results])
+    head = f"{'policy':<{width}}" + "".join(f"{'ESI' + k + ' wait':>12}" for k in "12345")
+    head += f"{'all wait':>10}{'ESI1 p99':>10}{'ESI5 p99':>10}{'ESI1 TTFT50':>12}{'TTFT99':>8}{'preempt':>9}"
+    head += f"{'tok/s':>8}{'TDG':>7}"
     lines = [head, "-" * len(head)]
     for res in results:
         by = res["by_esi"]
-        row = f"{res['policy']:<9}" + "".join(f"{by[k].get('wait_mean', 0):>12.2f}" for k in "12345")
+        row = f"{res['policy']:<{width}}" + "".join(f"{by[k].get('wait_mean', 0):>12.2f}" for k in "12345")
         row += f"{res['overall']['wait_mean']:>10.2f}{by['1'].get('wait_p99', 0):>10.2f}"
-        row += f"{by['5'].get('wait_p99', 0):>10.2f}{res['preemptions']:>9d}"
-        row += f"{res['throughput_tokens_per_s']:>8.0f}{res['tdg_ratio']:>6.2f}"
+        row += f"{by['5'].get('wait_p99', 0):>10.2f}{by['1'].get('ttft_p50', 0):>12.3f}{by['1'].get('ttft_p99', 0):>8.3f}"
+        row += f"{res['preemptions']:>9d}{res['throughput_tokens_per_s']:>8.0f}{res['tdg_ratio']:>7.3f}"
         lines.append(row)
     return "\n".join(lines)
 
@@ -185,17 +205,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     cost = PRESETS[args.profile]
     arrivals, predictions = build_workload(args)
     progress = not args.no_progress and len(arrivals) >= 2000
-    results = [
-        simulate(build_config(args, p, cost), cost, arrivals, predictions, progress=progress,
-                 uncertainty_rule=args.uncertainty_rule, surge_control=args.surge_control,
-                 triage=triage_stage(args)).to_json()
-        for p in policies
-    ]
+    if args.replicas > 1:
+        rules = [RoutingRule(name.strip(), reserve_slots=args.reserve_slots) for name in args.routing.split(",")]
+        results = [
+            simulate_replicas(build_config(args, p, cost), cost, arrivals, predictions, replicas=args.replicas,
+                              rule=rule, max_unstarted=args.max_unstarted,
+                              replica_costs=[PRESETS[p] for p in args.replica_profiles.split(",") if p],
+                              uncertainty_rule=args.uncertainty_rule).to_json()
+            for p in policies for rule in rules
+        ]
+    else:
+        results = [
+            simulate(build_config(args, p, cost), cost, arrivals, predictions, progress=progress,
+                     uncertainty_rule=args.uncertainty_rule, surge_control=args.surge_control,
+                     triage=triage_stage(args)).to_json()
+            for p in policies
+        ]
     if args.json:
         print(json.dumps(results[0] if len(results) == 1 else results, sort_keys=False))
     else:
         print(f"{args.workload} workload, {len(arrivals)} requests, profile {args.profile}, batch {args.batch}, "
-              f"seed {args.seed}; mean waiting time (s) by true ESI level")
+              f"{args.replicas} replica(s), seed {args.seed}; mean waiting time (s) by true ESI level")
         print(format_table(results))
     if args.plot:
         title = f"{args.profile}, {args.workload} gap {args.gap} s, concurrency {args.concurrency}, batch {args.batch}"

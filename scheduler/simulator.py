@@ -125,20 +125,27 @@ def drive(
             continue
         clock += iteration_s(decision, cost)
         iterations += 1
-        finished = []
-        for r in decision.batch:
-            index = r.generated_tokens + 1
-            if on_token is not None:
-                on_token(r, index, clock)
-            if index >= r.true_output_tokens:
-                finished.append(r.id)
+        finished = complete(scheduler, decision, clock, on_token)
         generated += len(decision.batch)
-        scheduler.complete_iteration(clock, decision, finished)
-        if finished:
-            done.extend(r for r in decision.batch if r.stage is Stage.DONE)
-            if progress is not None:
-                progress.update(len(finished))
+        done.extend(finished)
+        if finished and progress is not None:
+            progress.update(len(finished))
     return done, clock, iterations, generated
+
+
+def complete(scheduler: BaseScheduler, decision: Decision, clock: float,
+             on_token: Callable[[Request, int, float], None] | None = None) -> list[Request]:
+    """End a decision's iteration at ``clock``: each member of the batch gets its next token, those at their
+    true length finish; returns the finished requests."""
+    finished = []
+    for r in decision.batch:
+        index = r.generated_tokens + 1
+        if on_token is not None:
+            on_token(r, index, clock)
+        if index >= r.true_output_tokens:
+            finished.append(r.id)
+    scheduler.complete_iteration(clock, decision, finished)
+    return [r for r in decision.batch if r.stage is Stage.DONE] if finished else []
 
 
 def simulate(
@@ -153,17 +160,7 @@ def simulate(
     are in ``extra["surge_modes"]``. ``triage``: calls reach the scheduler when the predictor stage has
     classified them (``extra["triage_p50_by_esi"]``: accept to triaged); waits still count from arrival."""
     scheduler = make_scheduler(config, cost)
-    order = sorted(range(len(arrivals)), key=lambda i: (arrivals[i].t_s, i))
-    requests: list[Request] = []
-    for i in order:
-        a, p = arrivals[i], predictions[i]
-        tier = config.tier_for(None, a.esi)  # SLOs follow the true level
-        requests.append(Request(
-            id=str(i), level=scheduling_level(p.level, p.alternative if uncertainty_rule else None),
-            arrival_s=a.t_s, prompt_tokens=a.prompt_tokens,
-            predicted_output_tokens=p.output_tokens, true_output_tokens=a.output_tokens,
-            payload={"true_level": a.esi, "tier": tier},
-        ))
+    requests = build_requests(config, arrivals, predictions, uncertainty_rule)
     if triage is not None:
         done_s = triage.triaged_at([r.arrival_s for r in requests], [r.level for r in requests])
         for r, t in zip(requests, done_s, strict=True):
@@ -173,9 +170,7 @@ def simulate(
     surge = SimulatedSurgeLoop(config) if surge_control else None
 
     def on_token(r: Request, index: int, t_s: float) -> None:
-        tier = r.payload["tier"]
-        tdg.token(index=index, t_s=t_s, arrival_s=r.arrival_s, ttft_target_s=tier.ttft_target_mean_s,
-                  tpot_target_s=tier.tpot_target_s, weight=tier.tdg_weight)
+        count_token(tdg, r, index, t_s)
         if surge is not None:
             surge.on_token(r, index, t_s)
 
@@ -188,6 +183,43 @@ def simulate(
                                                observer=surge.observe if surge is not None else None)
     if bar is not None:
         bar.close()
+    outcomes = outcomes_of(done)
+    start = requests[0].arrival_s if requests else 0.0
+    return SimResult(
+        policy=config.policy, config=config_summary(config, cost), outcomes=outcomes,
+        preemptions=scheduler.preemptions, swapped_tokens=scheduler.swapped_tokens,
+        recomputed_tokens=scheduler.recomputed_tokens, peak_kv_blocks=scheduler.memory.peak_blocks,
+        makespan_s=clock - start, generated_tokens=generated, tdg_ratio=tdg.ratio, iterations=iterations,
+        extra={**({"surge_modes": surge.changes} if surge is not None else {}),
+               **({"triage_p50_by_esi": _triage_p50(requests)} if triage is not None else {})},
+    )
+
+
+def build_requests(config: SchedulerConfig, arrivals: Sequence[Arrival], predictions: Sequence[Prediction],
+                   uncertainty_rule: bool = True) -> list[Request]:
+    """The workload's requests in arrival order, at their predicted level and length; SLOs (the tier in
+    ``payload``) follow the true level."""
+    order = sorted(range(len(arrivals)), key=lambda i: (arrivals[i].t_s, i))
+    requests: list[Request] = []
+    for i in order:
+        a, p = arrivals[i], predictions[i]
+        requests.append(Request(
+            id=str(i), level=scheduling_level(p.level, p.alternative if uncertainty_rule else None),
+            arrival_s=a.t_s, prompt_tokens=a.prompt_tokens,
+            predicted_output_tokens=p.output_tokens, true_output_tokens=a.output_tokens,
+            payload={"true_level": a.esi, "tier": config.tier_for(None, a.esi)},
+        ))
+    return requests
+
+
+def count_token(tdg: TdgAccumulator, r: Request, index: int, t_s: float) -> None:
+    tier = r.payload["tier"]
+    tdg.token(index=index, t_s=t_s, arrival_s=r.arrival_s, ttft_target_s=tier.ttft_target_mean_s,
+              tpot_target_s=tier.tpot_target_s, weight=tier.tdg_weight)
+
+
+def outcomes_of(done: Sequence[Request]) -> list[RequestOutcome]:
+    """What each finished request got, against its true level's targets, in arrival order."""
     def outcome(r: Request) -> RequestOutcome:
         ttft_target_s, e2e_target_s = slo_targets(r.payload["tier"])
         return RequestOutcome(
@@ -196,17 +228,7 @@ def simulate(
             ttft_target_s=ttft_target_s, e2e_target_s=e2e_target_s, tpot_target_s=r.payload["tier"].tpot_target_s,
         )
 
-    outcomes = [outcome(r) for r in done]
-    outcomes.sort(key=lambda o: (o.arrival_s, o.esi, o.finish_s))
-    start = requests[0].arrival_s if requests else 0.0
-    return SimResult(
-        policy=config.policy, config=_config_summary(config, cost), outcomes=outcomes,
-        preemptions=scheduler.preemptions, swapped_tokens=scheduler.swapped_tokens,
-        recomputed_tokens=scheduler.recomputed_tokens, peak_kv_blocks=scheduler.memory.peak_blocks,
-        makespan_s=clock - start, generated_tokens=generated, tdg_ratio=tdg.ratio, iterations=iterations,
-        extra={**({"surge_modes": surge.changes} if surge is not None else {}),
-               **({"triage_p50_by_esi": _triage_p50(requests)} if triage is not None else {})},
-    )
+    return sorted((outcome(r) for r in done), key=lambda o: (o.arrival_s, o.esi, o.finish_s))
 
 
 def _triage_p50(requests: Sequence[Request]) -> dict[str, float | None]:
@@ -216,7 +238,7 @@ def _triage_p50(requests: Sequence[Request]) -> dict[str, float | None]:
     return {level: round(percentile(w, 50), 4) if w else None for level, w in waits.items()}
 
 
-def _config_summary(config: SchedulerConfig, cost: CostModel) -> dict[str, Any]:
+def config_summary(config: SchedulerConfig, cost: CostModel) -> dict[str, Any]:
     return {
         "policy": config.policy, "batch_size": config.batch_size, "kv_capacity_blocks": config.kv_capacity_blocks,
         "block_size": config.block_size, "preempt_on_arrival": config.preempt_on_arrival,

@@ -170,6 +170,17 @@ def _level(rng: random.Random, mix: Mapping[int, float]) -> int:
     return rng.choices(list(mix), weights=list(mix.values()))[0]
 
 
+def dispatch_workload(rng: random.Random, *, rate_per_s: float, requests: int) -> list[Arrival]:
+    """A dispatch centre's day: Poisson arrivals at ``rate_per_s`` of ``DISPATCH_CENTRE_ESI_MIX`` levels;
+    lengths as the paper's."""
+    t = 0.0
+    arrivals = []
+    for _ in range(requests):
+        t += rng.expovariate(rate_per_s)
+        arrivals.append(Arrival(t, _level(rng, DISPATCH_CENTRE_ESI_MIX), rng.randint(1, 499), rng.randint(1, 499)))
+    return arrivals
+
+
 def mass_casualty_workload(
     rng: random.Random, *, background_rate_per_s: float, duration_s: float, burst_size: int, burst_at_s: float,
     burst_spread_s: float = 10.0,

@@ -1,7 +1,8 @@
 """The worker's executor for ``INFERENCE_BACKEND=vllm``: one or more vLLM OpenAI-compatible servers.
 
-The pool keeps the global queue of the calls it holds and, each step, hands the most urgent ones to the
-replica where they start soonest (``scheduler.routing.route``), and a replica only as many as can start there
+The pool keeps the global queue of the calls it holds and, each step, hands the most urgent ones to a replica
+by the routing rule (``VLLM_ROUTING``, ``scheduler.routing``: where it starts soonest, or PROSERVE's GoRouting
+on each replica's observed step time), and a replica only as many as can start there
 soon: a free slot, and at most ``max_unstarted`` of its calls still awaiting their first token (a server
 prefills a few calls per step; a call handed over long before is committed to it, and a more urgent later
 arrival could overtake it only by a preemption); each submitted call streams its tokens over
@@ -42,8 +43,9 @@ from scheduler.decision import KVUsage, PreemptionMode
 from scheduler.policies.displacement import more_urgent_level, never_displaces
 from scheduler.policies.semantic import semantic_token_key
 from scheduler.preemption_notice import PreemptionNotice, parse_ref, submission_ref
+from scheduler.replica_state import ReplicaState, RoutedCall, routed_call
 from scheduler.request import Request, Stage
-from scheduler.routing import ReplicaState, route
+from scheduler.routing import DEFAULT_ROUTING, ROUTING_RULES, RoutingRule, route
 from scheduler.settings_on_vllm import changed_but_not_applied, not_applied
 
 log = logging.getLogger("inference.vllm_pool")
@@ -60,6 +62,7 @@ class PoolSequence:
     tokens: int = 0
     submitted_tokens: int = 0  # tokens generated before the current submission
     replica: str | None = None
+    last_token_at: float = 0.0  # monotonic, this submission's latest token: the replica's step time
     submission: int = 0  # events of an earlier submission are stale
     connection: http.client.HTTPConnection | None = None
     stop: str = ""  # why the pool closes the stream: "cancel" or "requeue"
@@ -74,6 +77,7 @@ class _Event:
     finish_reason: str = ""
     completion_tokens: int = 0  # this submission's tokens so far (vLLM's continuous usage)
     computed_tokens: int = 0  # "preempted": the KV its server dropped
+    at: float = field(default_factory=time.monotonic)  # when the stream thread saw it
 
 
 @dataclass
@@ -94,6 +98,7 @@ class VllmPool:
     # Each replica's preemption-notice endpoint (tcp://host:port, VLLM_EVENTS); none: preemptions inside a
     # server go unrecorded on the call (its stream just pauses)
     events: Sequence[str] = ()
+    routing: str = DEFAULT_ROUTING  # VLLM_ROUTING (scheduler.routing.ROUTING_RULES)
     sequences: dict[str, PoolSequence] = field(default_factory=dict)
     constrains_read_out: ClassVar[bool] = False  # the stream guard holds the servers' text
 
@@ -102,7 +107,10 @@ class VllmPool:
             raise ValueError(f"VLLM_POLICY must be one of {POLICIES}")
         if not self.urls:
             raise ValueError("VLLM_URLS names no server")
+        if self.routing not in ROUTING_RULES:
+            raise ValueError(f"VLLM_ROUTING must be one of {ROUTING_RULES}")
         self.replicas = {u.rstrip("/"): Replica(u.rstrip("/")) for u in self.urls}
+        self.routing_rule = RoutingRule(self.routing)
         self._waiting: list[str] = []
         self._events: queue.Queue[_Event] = queue.Queue()
         self.resubmissions = 0
@@ -195,6 +203,11 @@ class VllmPool:
         tier = self.config.tier_for(r.tier, r.level)
         return semantic_token_key(r.level, r.arrival_s, r.predicted_output_tokens, seq.tokens, tier, now)
 
+    def routed(self, seq: PoolSequence, now: float) -> RoutedCall:
+        r = seq.request
+        return routed_call(self.key(seq, now), self.config.tier_for(r.tier, r.level), waited_s=now - r.arrival_s,
+                           predicted_tokens=r.predicted_output_tokens, generated_tokens=seq.tokens)
+
     def _submit_ready(self) -> None:
         if not self._waiting:
             return
@@ -212,29 +225,29 @@ class VllmPool:
                 self._submit(rid, replica)
                 held[replica] += 1
             return
-        keys = {rid: self.key(self.sequences[rid], now) for rid in self._waiting}
-        held: dict[str, list[tuple]] = {name: [] for name in self.replicas}
+        calls = {rid: self.routed(self.sequences[rid], now) for rid in self._waiting}
+        held: dict[str, list[RoutedCall]] = {name: [] for name in self.replicas}
         started = dict.fromkeys(self.replicas, 0)
         for seq in self.sequences.values():
             if seq.replica in held:
-                held[seq.replica].append(self.key(seq, now))
+                held[seq.replica].append(self.routed(seq, now))
                 started[seq.replica] += bool(seq.tokens)
         # A server takes a call where it starts soon: a slot, and few calls before it still awaiting prefill.
         states = {r.name: ReplicaState(r.name, min(self.capacity, started[r.name] + self.max_unstarted),
-                                       held[r.name], up=r.up)
+                                       held[r.name], up=r.up, step_s=r.step_s, slots=self.capacity)
                   for r in self.replicas.values()}
         displaces = more_urgent_level if self.config.preempt_on_arrival else never_displaces
-        for rid in sorted(self._waiting, key=keys.get):
-            placement = route(keys[rid], list(states.values()), displaces)
+        for rid in sorted(self._waiting, key=lambda rid: calls[rid].key):
+            placement = route(calls[rid], list(states.values()), displaces, self.routing_rule)
             if placement is None:
                 break  # nothing less urgent may go ahead of it
-            states[placement.replica].keys.append(keys[rid])
+            states[placement.replica].calls.append(calls[rid])
             self._submit(rid, placement.replica)
 
     def _submit(self, request_id: str, replica: str) -> None:
         seq = self.sequences[request_id]
         self._waiting.remove(request_id)
-        seq.replica, seq.stop, seq.submitted_tokens = replica, "", seq.tokens
+        seq.replica, seq.stop, seq.submitted_tokens, seq.last_token_at = replica, "", seq.tokens, 0.0
         seq.submission += 1
         threading.Thread(target=self._stream, args=(seq, replica, seq.submission, self._body(seq)),
                          name=f"vllm-{request_id}", daemon=True).start()
@@ -325,7 +338,11 @@ class VllmPool:
                 if seq.tokens == 0:
                     result.started_ids.append(rid)
                 result.stage = Stage.DECODE
-            seq.tokens = max(seq.tokens + 1, seq.submitted_tokens + event.completion_tokens)
+            tokens = max(seq.tokens + 1, seq.submitted_tokens + event.completion_tokens)
+            replica = self.replicas.get(seq.replica or "")
+            if seq.last_token_at and replica is not None:
+                replica.observe_step((event.at - seq.last_token_at) / (tokens - seq.tokens))
+            seq.tokens, seq.last_token_at = tokens, event.at
             seq.text += event.text
         elif event.kind == "end":
             self._finish(seq, "length" if event.finish_reason == "length" else "eos", result)

@@ -14,12 +14,21 @@ from scheduler.preemption_notice import PreemptionNotice
 
 log = logging.getLogger("inference.vllm_pool")
 
+STEP_SMOOTHING = 0.05  # weight of each new gap: about the last twenty tokens count
+
 
 @dataclass
 class Replica:
     url: str
     up: bool = True
     checking: bool = False
+    # Seconds between a call's tokens on this server (its decode step at its current batch), a moving
+    # average over every stream's gaps: what GoRouting turns into start times and token rates. It starts at
+    # the default tiers' TPOT target, so an unmeasured server is assumed to just keep up.
+    step_s: float = 0.1
+
+    def observe_step(self, seconds_per_token: float) -> None:
+        self.step_s += STEP_SMOOTHING * (seconds_per_token - self.step_s)
 
     @property
     def name(self) -> str:

@@ -6,6 +6,8 @@ scheduling policy after another on the identical trace, and compare per-ESI late
         --surge-control on,off --json           # a burst on a Poisson background, the surge controller on and off
     manage.py loadtest --backend vllm --pattern dispatch --rate 0.4 --calls 300 --max-num-seqs 4 \
         --policy fcfs,priority,semantic --json  # a dispatch centre's day where slots bind
+    manage.py loadtest --backend vllm --replicas 2 --pattern dispatch --rate 0.4 --calls 150 --policy semantic \
+        --routing soonest-start,gorouting --json   # the two routing rules over two servers
 
 Without --url it starts the web server, the Celery worker and the inference worker itself (restarting Celery
 and the inference worker, with `--policy P`, before each policy, on an inference stream of that run and policy
@@ -43,6 +45,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from scheduler.metrics import percentile
+from scheduler.routing import DEFAULT_ROUTING, ROUTING_RULES
 from tools.load_traces import CORPUS, load_trace, only_levels
 
 LOADTEST_ACTOR = "system:loadtest"
@@ -52,12 +55,16 @@ WARM_UP = "lt-warm-up"  # external id prefix of the call sent before each policy
 def summarise(policy: str, call_ids: list[int], since: float | None = None) -> dict:
     """Per ESI level the latencies and, against each call's tier, the share of calls within its mean TTFT and
     its TPOT target (``scheduler.metrics.share_within``, as the simulator and the SLO monitor count); the
-    surge controller's changes of mode since ``since`` (Unix seconds)."""
+    surge controller's changes of mode since ``since`` (Unix seconds). ``tdg_ratio``: PROSERVE's token-level
+    deadline gain (``scheduler.metrics.TdgAccumulator``) with each call's tokens taken as evenly spaced between
+    its first and its last (the database keeps those two times, not every token's)."""
     from scheduler.config import SchedulerConfig
+    from scheduler.metrics import TdgAccumulator
     from triage.models import ESI_LEVELS, AuditAction, AuditEvent, Call
 
     calls = list(Call.objects.filter(pk__in=call_ids).select_related("tier"))
     by_esi: dict[str, dict] = {}
+    tdg = TdgAccumulator()
     for level in ESI_LEVELS:
         group = [c for c in calls if c.level == level and c.done_at and c.first_token_at]
         ttft = [(c.first_token_at - c.created_at).total_seconds() for c in group]
@@ -71,6 +78,12 @@ def summarise(policy: str, call_ids: list[int], since: float | None = None) -> d
         ttft_met = [t <= tier.ttft_target_mean_s for t, tier in zip(ttft, tiers, strict=True)]
         tpot_met = [(c.done_at - c.first_token_at).total_seconds() / (c.output_tokens - 1) <= tier.tpot_target_s
                     for c, tier in zip(group, tiers, strict=True) if c.output_tokens > 1]
+        for c, first, tier in zip(group, ttft, tiers, strict=True):
+            gap = (c.done_at - c.first_token_at).total_seconds() / max(1, c.output_tokens - 1)
+            for index in range(1, max(1, c.output_tokens) + 1):
+                tdg.token(index=index, t_s=first + (index - 1) * gap, arrival_s=0.0,
+                          ttft_target_s=tier.ttft_target_mean_s, tpot_target_s=tier.tpot_target_s,
+                          weight=tier.tdg_weight)
         by_esi[str(level)] = {
             "count": len(group), "ttft_p50": _p(ttft, 50), "ttft_p99": _p(ttft, 99),
             "ttft_attainment": round(sum(ttft_met) / len(ttft_met), 3) if ttft_met else None,
@@ -97,6 +110,7 @@ def summarise(policy: str, call_ids: list[int], since: float | None = None) -> d
         "policy": policy, "calls": len(calls), "completed": len(done), "by_esi": by_esi, "surge_modes": modes,
         "preemptions": preemptions, "throughput_tokens_per_s": round(tokens / span, 2) if span else None,
         "throughput_calls_per_s": round(len(done) / span, 3) if span else None,
+        "tdg_ratio": round(tdg.ratio, 4),
     }
 
 
@@ -129,6 +143,9 @@ class Command(BaseCommand):
                             help="our embedded engine, or vLLM servers started per policy (policies: semantic = "
                                  "our plug-in, priority and fcfs = vLLM's own)")
         parser.add_argument("--replicas", type=int, default=1, help="vLLM servers (--backend vllm)")
+        parser.add_argument("--routing", default=settings.TRIAGE["VLLM_ROUTING"] or DEFAULT_ROUTING,
+                            help=f"how the worker routes over the vLLM servers, comma-separated to compare "
+                                 f"({', '.join(ROUTING_RULES)}; the semantic policy only)")
         parser.add_argument("--model", default=None,
                             help="the LLM (default INFERENCE_MODEL; e.g. models/load-smollm2 from "
                                  "`build_models --load-model`)")
@@ -191,14 +208,18 @@ class Command(BaseCommand):
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             stack.start_web(port)
-            for policy, surge in [(p, s) for p in policies for s in o["surge_control"].split(",")]:
-                vllm = o["backend"] == "vllm"
+            vllm = o["backend"] == "vllm"
+            routings = [r.strip() for r in o["routing"].split(",") if r.strip()]
+            runs = [(p, s, r) for p in policies for s in o["surge_control"].split(",")
+                    for r in (routings if vllm and p == "semantic" else routings[:1])]
+            for policy, surge, routing in runs:
                 # With vLLM the stored policy only orders the classifier's backlog: arrival order for vLLM's
                 # FCFS, by urgency otherwise, so the comparison isolates the LLM stage.
                 stored = ("fcfs" if policy == "fcfs" else "semantic") if vllm else policy
                 scheduler_settings_update(actor=LOADTEST_ACTOR, policy=stored)
                 # A stream of this policy's own: entries left by an earlier (or crashed) run cannot leak in.
-                stack.env = dict(env, TRIAGE_INFERENCE_STREAM=f"triage:loadtest:{run}:{policy}:{surge}")
+                stack.env = dict(env, TRIAGE_INFERENCE_STREAM=f"triage:loadtest:{run}:{policy}:{surge}:{routing}",
+                                 VLLM_ROUTING=routing)
                 for name in [n for n in stack.processes if n.startswith("vllm-")] + ["celery", "webhooks", "inference"]:
                     stack.stop(name)
                 urls = self._start_vllm(stack, policy, o) if vllm else []
@@ -216,10 +237,13 @@ class Command(BaseCommand):
                 label = f"vllm-{policy}" if vllm else policy
                 if "," in o["surge_control"]:
                     label = f"{label}, surge control {surge}"
+                if len(routings) > 1 and vllm and policy == "semantic":
+                    label = f"{label}, {routing}"
                 results.append(summarise(label, ids, since=started))
                 results[-1].update(backend=o["backend"], replicas=len(urls) or 1,
                                    model=o["model"] or env.get("INFERENCE_MODEL", settings.TRIAGE["INFERENCE_MODEL"]))
                 if vllm:
+                    results[-1]["routing"] = routing if policy == "semantic" else "least-loaded"
                     results[-1]["preemptions"]["vllm"] = _vllm_preemptions(urls)
                     results[-1]["max_num_batched_tokens"] = o["max_num_batched_tokens"] or "vLLM default"
                 self.stderr.write(f"{label}: {results[-1]['completed']}/{len(ids)} calls done")

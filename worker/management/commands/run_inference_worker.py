@@ -48,7 +48,8 @@ def build_vllm_pool(policy: str | None, max_new_tokens: int):  # noqa: ANN201 - 
     t = settings.TRIAGE
     return VllmPool(t["VLLM_URLS"], model=t["VLLM_MODEL"], policy=policy or t["VLLM_POLICY"],
                     capacity=t["VLLM_MAX_NUM_SEQS"], max_new_tokens=max_new_tokens,
-                    max_model_len=t["VLLM_MAX_MODEL_LEN"], config=scheduler_config_load(), events=t["VLLM_EVENTS"])
+                    max_model_len=t["VLLM_MAX_MODEL_LEN"], config=scheduler_config_load(), events=t["VLLM_EVENTS"],
+                    **({"routing": t["VLLM_ROUTING"]} if t["VLLM_ROUTING"] else {}))
 
 
 class Command(BaseCommand):
