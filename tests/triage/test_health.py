@@ -59,6 +59,12 @@ def test_compose_restarts_every_long_running_service_and_probes_the_web_on_ready
         assert services[name]["healthcheck"]["test"][-1].endswith("/readyz"), name
 
 
+def test_compose_runs_the_intake_on_its_restricted_urls_and_the_web_on_the_full_site():
+    services = _compose()["services"]
+    assert services["intake"]["environment"]["DJANGO_SETTINGS_MODULE"] == "config.settings_intake"
+    assert "DJANGO_SETTINGS_MODULE" not in services["web"]["environment"]  # config.settings: the whole site
+
+
 def test_compose_is_well_formed_as_compose_reads_it():
     """What `docker compose config` would refuse, checked without a Docker engine: every service has an image or
     a build, its dependencies exist (and wait on health or completion), every long-running service has a

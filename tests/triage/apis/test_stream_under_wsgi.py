@@ -19,6 +19,9 @@ from tools.stack import free_port
 
 pytestmark = pytest.mark.usefixtures("redis_conn")
 
+# as compose runs the intake (config.settings_intake), on the suite's settings
+INTAKE_ENV = {"DJANGO_SETTINGS_MODULE": "tests.settings_intake"}
+
 
 @pytest.fixture
 def intake_server(transactional_db, django_db_blocker, tmp_path) -> Iterator[ServerProcess]:
@@ -28,7 +31,7 @@ def intake_server(transactional_db, django_db_blocker, tmp_path) -> Iterator[Ser
         name="gunicorn",
         argv=[sys.executable, "-m", "gunicorn", "--workers", "1", "--timeout", "30", "-b", f"127.0.0.1:{port}",
               "config.wsgi:application"],
-        env=_child_env(django_db_blocker), log_path=tmp_path / "gunicorn.log", port=port,
+        env={**_child_env(django_db_blocker), **INTAKE_ENV}, log_path=tmp_path / "gunicorn.log", port=port,
     )
     server.start(ready=lambda: _healthy(server), timeout_s=120)  # the worker has loaded the app
     yield server
@@ -70,6 +73,23 @@ def test_the_intake_refuses_a_stream_at_once_and_keeps_accepting_calls(intake_se
     assert status == 201, body
 
 
+def test_the_intake_serves_the_api_and_its_schema_but_no_board_admin_or_login(intake_server, client_and_token):
+    _, token = client_and_token
+    status, body = _request(intake_server, "GET", "/api/v1/calls/", token)
+    assert status == 200 and "results" in body
+    conn = http.client.HTTPConnection("127.0.0.1", intake_server.port, timeout=5)
+    try:
+        for path, expected in (("/api/schema/", 200), ("/healthz", 200), ("/", 404), ("/admin/", 404),
+                               ("/admin/login/", 404), ("/accounts/login/", 404), ("/calls/1/", 404),
+                               ("/api/docs/", 404)):
+            conn.request("GET", path, headers={"X-Forwarded-Proto": "https"})
+            response = conn.getresponse()
+            response.read()
+            assert response.status == expected, path
+    finally:
+        conn.close()
+
+
 def test_a_stream_of_another_clients_call_is_still_not_found_first(intake_server, client_and_token, make_api_client):
     _, token = client_and_token
     other, _ = make_api_client("cad-other")
@@ -81,7 +101,7 @@ def test_a_stream_of_another_clients_call_is_still_not_found_first(intake_server
 def three_worker_intake(transactional_db, django_db_blocker, tmp_path) -> Iterator[ServerProcess]:
     """The intake as compose runs it: three sync workers behind one port, in prometheus_client's multiprocess mode."""
     port = free_port()
-    env = {**_child_env(django_db_blocker), "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
+    env = {**_child_env(django_db_blocker), **INTAKE_ENV, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
            "TRIAGE_METRICS_TOKEN": "scrape-me"}
     server = ServerProcess(
         name="gunicorn",

@@ -147,7 +147,9 @@ def _process_tree(pid: int) -> list[int]:
 
 def _start_gunicorn(listener: socket.socket, workers: int) -> subprocess.Popen:
     fd = listener.fileno()
-    env = {**os.environ, "DJANGO_DEBUG": "0", "TRIAGE_LOG_LEVEL": "WARNING"}
+    # as compose runs the intake: its restricted URLs (config/settings_intake.py)
+    env = {**os.environ, "DJANGO_DEBUG": "0", "TRIAGE_LOG_LEVEL": "WARNING",
+           "DJANGO_SETTINGS_MODULE": "config.settings_intake"}
     command = [sys.executable, "-m", "gunicorn", "--bind", f"fd://{fd}", "--workers", str(workers),
                "--log-level", "warning", "config.wsgi:application"]
     return subprocess.Popen(command, cwd=settings.BASE_DIR, env=env, pass_fds=(fd,))
