@@ -6,10 +6,13 @@
 * The services that move a call to ``triaged``, ``done`` or ``failed`` call ``calls_webhook_on_commit`` inside
   their transaction; it builds the payload from the state being committed and publishes the Celery task
   ``deliver_webhook`` once the transaction commits — a rolled-back change sends nothing.
-* The task POSTs the JSON body signed with HMAC-SHA256 over ``<t>.<body>`` (``X-Triage-Signature:
-  t=<unix>,v1=<hex>``), records every attempt as a ``WebhookDelivery`` row, and retries a failure (no answer,
-  or not 2xx) with exponential backoff, at most ``WEBHOOK_MAX_ATTEMPTS`` attempts in all. The event id stays
-  the same across attempts, so a receiver can drop a repeat (a worker that died mid-POST sends it again).
+* The task POSTs the JSON body signed as Standard Webhooks specifies (https://www.standardwebhooks.com:
+  ``webhook-id``, ``webhook-timestamp``, ``webhook-signature: v1,<base64 HMAC-SHA256 over id.timestamp.body>``
+  keyed by the base64-decoded secret), by that project's own ``standardwebhooks`` package, so a receiver
+  verifies with its library in any language; records every attempt as a ``WebhookDelivery`` row, and retries a
+  failure (no answer, or not 2xx) with exponential backoff, at most ``WEBHOOK_MAX_ATTEMPTS`` attempts in all.
+  The event id (``webhook-id``) stays the same across attempts, so a receiver can drop a repeat (a worker that
+  died mid-POST sends it again).
 
 Server-side request forgery: the URL is set by our administrators, not by the call systems, but a webhook still
 makes this server connect where it is told. Unless ``WEBHOOK_ALLOW_PRIVATE_NETWORKS`` is on, a URL whose host
@@ -21,8 +24,7 @@ Redirects are not followed (a 3xx is a failed attempt), so a public URL cannot b
 
 from __future__ import annotations
 
-import hashlib
-import hmac
+import base64
 import ipaddress
 import json
 import logging
@@ -33,7 +35,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
@@ -43,6 +45,7 @@ from django.conf import settings
 from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
+from standardwebhooks import Webhook
 
 from triage.models import ApiClient, AuditAction, Call, CallStatus, WebhookDelivery
 
@@ -53,14 +56,13 @@ logger = logging.getLogger(__name__)
 
 DELIVER_TASK = "triage.tasks.deliver_webhook"  # published by name: services never import the task module
 WEBHOOK_EVENTS = {CallStatus.TRIAGED: "call.triaged", CallStatus.DONE: "call.done", CallStatus.FAILED: "call.failed"}
-SIGNATURE_HEADER = "X-Triage-Signature"
-SECRET_PREFIX = "whsec_"
+SECRET_PREFIX = "whsec_"  # Standard Webhooks: whsec_ + the base64 of the key
 URL_MAX_CHARS = 500
 ERROR_MAX_CHARS = 500
 
 
 def webhook_secret_new() -> str:
-    return SECRET_PREFIX + secrets.token_urlsafe(32)
+    return SECRET_PREFIX + base64.b64encode(secrets.token_bytes(32)).decode()
 
 
 def webhook_url_clean(url: str) -> str:
@@ -161,10 +163,10 @@ def webhook_send(*, client_id: int, call_id: int, payload: dict[str, Any]) -> bo
 # --- delivery ----------------------------------------------------------------------------------------------
 
 
-def webhook_signature(*, secret: str, timestamp: int, body: bytes) -> str:
-    """The ``X-Triage-Signature`` value: ``t=<timestamp>,v1=<hex HMAC-SHA256 of "<timestamp>." + body>``."""
-    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-    return f"t={timestamp},v1={digest}"
+def webhook_signature_headers(*, secret: str, event_id: str, timestamp: int, body: bytes) -> dict[str, str]:
+    """Standard Webhooks' three headers for ``body`` (UTF-8 JSON), signed by the spec's own library."""
+    signature = Webhook(secret).sign(event_id, datetime.fromtimestamp(timestamp, tz=UTC), body.decode())
+    return {"webhook-id": event_id, "webhook-timestamp": str(timestamp), "webhook-signature": signature}
 
 
 def webhook_backoff_s(attempt: int) -> float:
@@ -230,9 +232,10 @@ def webhook_deliver(*, client_id: int, call_id: int, payload: dict[str, Any], at
             "Content-Type": "application/json",
             "User-Agent": "triage-webhooks/1",
             "X-Triage-Event": str(payload.get("type", "")),
-            "X-Triage-Event-Id": str(payload.get("id", "")),
+            "X-Triage-Event-Id": str(payload.get("id", "")),  # = webhook-id, for receivers written before it
             "X-Triage-Attempt": str(attempt),
-            SIGNATURE_HEADER: webhook_signature(secret=client.webhook_secret, timestamp=int(time.time()), body=body),
+            **webhook_signature_headers(secret=client.webhook_secret, event_id=str(payload.get("id", "")),
+                                        timestamp=int(time.time()), body=body),
         }
         status_code, error = _post(url, body, headers)
         if not error:

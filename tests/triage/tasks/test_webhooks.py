@@ -1,10 +1,9 @@
 """Webhooks to call systems: signed POSTs to a real HTTP receiver (a ``http.server`` thread), sent by the real
-Celery worker on commit, retried after a failure, every attempt in the delivery log."""
+Celery worker on commit, retried after a failure, every attempt in the delivery log. The receiver verifies
+each signature with the Standard Webhooks project's own library, as a call system would."""
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import threading
 import time
@@ -16,6 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from django.db import transaction
 from rest_framework.test import APIClient
+from standardwebhooks import Webhook, WebhookVerificationError
 
 from tests.fixtures.services import wait_until
 from tests.triage.factories import call_payload, make_call
@@ -55,8 +55,9 @@ def receiver() -> Iterator[Receiver]:
 
     class Handler(BaseHTTPRequestHandler):
         def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            body = self.rfile.read(int(self.headers["Content-Length"]))
-            state.received.append(Received(headers=dict(self.headers.items()), body=body))
+            body = self.rfile.read(int(self.headers["content-length"]))
+            # header names are case-insensitive (urllib sends "Webhook-id"): kept lowercase here
+            state.received.append(Received(headers={k.lower(): v for k, v in self.headers.items()}, body=body))
             self.send_response(state.statuses.pop(0) if state.statuses else 200)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -73,12 +74,13 @@ def receiver() -> Iterator[Receiver]:
     server.server_close()
 
 
-def verify_signature(header: str, body: bytes, secret: str, *, tolerance_s: int = 300) -> bool:
-    """The receiver's side, as docs/call-systems.md shows it."""
-    parts = dict(item.split("=", 1) for item in header.split(","))
-    timestamp = int(parts["t"])
-    expected = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
-    return abs(time.time() - timestamp) <= tolerance_s and hmac.compare_digest(expected, parts["v1"])
+def verified(received: Received, secret: str) -> bool:
+    """The receiver's side, as docs/call-systems.md shows it: the ``standardwebhooks`` package over the raw body."""
+    try:
+        Webhook(secret).verify(received.body, received.headers)
+    except WebhookVerificationError:
+        return False
+    return True
 
 
 # --- one attempt, in process ---------------------------------------------------------------------------------
@@ -94,10 +96,16 @@ def test_an_attempt_posts_the_event_signed_with_the_clients_secret_and_is_logged
     delivery = webhook_deliver(client_id=client.pk, call_id=call.pk, payload=payload, attempt=1)
 
     [hit] = receiver.received
-    assert hit.json == payload and hit.headers["Content-Type"] == "application/json"
-    assert verify_signature(hit.headers["X-Triage-Signature"], hit.body, client.webhook_secret)
-    assert not verify_signature(hit.headers["X-Triage-Signature"], hit.body + b" ", client.webhook_secret)
-    assert hit.headers["X-Triage-Event"] == "call.done" and hit.headers["X-Triage-Event-Id"] == payload["id"]
+    assert hit.json == payload and hit.headers["content-type"] == "application/json"
+    secret = client.webhook_secret
+    assert secret.startswith("whsec_") and verified(hit, secret)
+    assert not verified(Received(hit.headers, hit.body + b" "), secret)
+    stale = {**hit.headers, "webhook-timestamp": str(int(hit.headers["webhook-timestamp"]) - 600)}
+    assert not verified(Received(stale, hit.body), secret)  # a replay ten minutes on
+    other = api_client_rotate_webhook_secret(client=client, actor="system:test")
+    assert not verified(hit, other)  # signed with the secret the client had, not any other
+    assert hit.headers["webhook-id"] == payload["id"] == hit.headers["x-triage-event-id"]
+    assert hit.headers["x-triage-event"] == "call.done"
     row = WebhookDelivery.objects.get()
     assert row == delivery and (row.outcome, row.status_code, row.attempt, row.error) == ("delivered", 200, 1, "")
     assert row.call == call and row.url == receiver.url and row.started_at <= row.finished_at
@@ -190,8 +198,9 @@ def test_a_call_system_hears_of_triage_after_a_retry_and_of_failure_with_every_a
     assert event["type"] == "call.triaged" and event["call"]["id"] == call_id
     assert event["call"]["external_id"] == "CAD-HOOK" and event["call"]["esi"] in (1, 2, 3, 4, 5)
     assert event["call"]["url"] == f"/api/v1/calls/{call_id}/"
-    assert all(verify_signature(r.headers["X-Triage-Signature"], r.body, client.webhook_secret) for r in (first, retry))
-    assert [r.headers["X-Triage-Attempt"] for r in (first, retry)] == ["1", "2"]
+    assert all(verified(r, client.webhook_secret) for r in (first, retry))
+    assert first.headers["webhook-id"] == retry.headers["webhook-id"]  # one event, attempted twice
+    assert [r.headers["x-triage-attempt"] for r in (first, retry)] == ["1", "2"]
 
     wait_until(lambda: Call.objects.get(pk=call_id).status == CallStatus.QUEUED, timeout_s=30)
     call_transition(call=Call.objects.get(pk=call_id), to_status=CallStatus.FAILED, actor="system:test",
@@ -206,3 +215,16 @@ def test_a_call_system_hears_of_triage_after_a_retry_and_of_failure_with_every_a
         ("call.triaged", 1, "retrying", 500), ("call.triaged", 2, "delivered", 200), ("call.failed", 1, "delivered", 200),
     ]
     assert len(set(WebhookDelivery.objects.filter(event="call.triaged").values_list("event_id", flat=True))) == 1
+
+
+def test_a_secret_drawn_before_standard_webhooks_still_signs_events_its_library_verifies():
+    """Secrets were whsec_ + URL-safe base64 before; the library decodes them as it always will on both sides,
+    so a call system keeps its secret and only changes how it verifies."""
+    import secrets
+
+    from triage.services.webhooks import webhook_signature_headers
+
+    old_style = "whsec_" + secrets.token_urlsafe(32)
+    body = json.dumps({"id": "e1", "type": "call.done"}).encode()
+    headers = webhook_signature_headers(secret=old_style, event_id="e1", timestamp=int(time.time()), body=body)
+    assert Webhook(old_style).verify(body, headers) == {"id": "e1", "type": "call.done"}
