@@ -305,6 +305,8 @@ TRIAGE = {
     "WEBHOOK_MAX_ATTEMPTS": _env_int("TRIAGE_WEBHOOK_MAX_ATTEMPTS", 6),
     "WEBHOOK_BACKOFF_S": float(os.environ.get("TRIAGE_WEBHOOK_BACKOFF_S", "10")),
     "WEBHOOK_BACKOFF_MAX_S": float(os.environ.get("TRIAGE_WEBHOOK_BACKOFF_MAX_S", "600")),
+    # How long the previous webhook secret keeps signing after a rotation (both signatures are sent meanwhile)
+    "WEBHOOK_SECRET_OVERLAP_S": float(os.environ.get("TRIAGE_WEBHOOK_SECRET_OVERLAP_S", "86400")),
     # Off: a webhook URL that resolves to a loopback/private/link-local address is refused (SSRF).
     "WEBHOOK_ALLOW_PRIVATE_NETWORKS": _env_flag("TRIAGE_WEBHOOK_ALLOW_PRIVATE_NETWORKS", False),
     "INFERENCE_BACKEND": os.environ.get("INFERENCE_BACKEND", "hf"),

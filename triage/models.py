@@ -46,6 +46,9 @@ class ApiClient(models.Model):
     )
     # Kept in clear, unlike the token: signing needs the secret itself (HMAC-SHA256, docs/call-systems.md).
     webhook_secret = models.CharField(max_length=100, blank=True, editable=False)
+    # After a rotation the previous secret signs too, until then: a receiver can switch without a gap.
+    webhook_secret_previous = models.CharField(max_length=100, blank=True, editable=False)
+    webhook_secret_previous_until = models.DateTimeField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["name"]

@@ -35,7 +35,7 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
@@ -95,10 +95,15 @@ def api_client_set_webhook(*, client: ApiClient, url: str, actor: Actor) -> ApiC
 
 
 def api_client_rotate_webhook_secret(*, client: ApiClient, actor: Actor) -> str:
-    """A new signing secret for the client's webhooks; the old one stops being used at once. Returns it."""
+    """A new signing secret for the client's webhooks. The old one keeps signing beside it for
+    ``WEBHOOK_SECRET_OVERLAP_S`` (every event carries both signatures meanwhile), so the receiver can take the
+    new one without a gap. Returns the new one."""
+    client.webhook_secret_previous = client.webhook_secret
+    client.webhook_secret_previous_until = timezone.now() + timedelta(
+        seconds=settings.TRIAGE["WEBHOOK_SECRET_OVERLAP_S"])
     client.webhook_secret = webhook_secret_new()
     with transaction.atomic():
-        client.save(update_fields=["webhook_secret"])
+        client.save(update_fields=["webhook_secret", "webhook_secret_previous", "webhook_secret_previous_until"])
         audit_record(action=AuditAction.API_CLIENT_WEBHOOK_SECRET_ROTATED, actor=actor, data={"client": client.name})
     return client.webhook_secret
 
@@ -163,10 +168,21 @@ def webhook_send(*, client_id: int, call_id: int, payload: dict[str, Any]) -> bo
 # --- delivery ----------------------------------------------------------------------------------------------
 
 
-def webhook_signature_headers(*, secret: str, event_id: str, timestamp: int, body: bytes) -> dict[str, str]:
-    """Standard Webhooks' three headers for ``body`` (UTF-8 JSON), signed by the spec's own library."""
-    signature = Webhook(secret).sign(event_id, datetime.fromtimestamp(timestamp, tz=UTC), body.decode())
-    return {"webhook-id": event_id, "webhook-timestamp": str(timestamp), "webhook-signature": signature}
+def webhook_signature_headers(*, signing_secrets: Sequence[str], event_id: str, timestamp: int,
+                              body: bytes) -> dict[str, str]:
+    """Standard Webhooks' three headers for ``body`` (UTF-8 JSON), signed by the spec's own library with each
+    of ``signing_secrets`` (space-separated signatures: a receiver accepts the event if one of them holds)."""
+    signed_at = datetime.fromtimestamp(timestamp, tz=UTC)
+    signatures = " ".join(Webhook(secret).sign(event_id, signed_at, body.decode()) for secret in signing_secrets)
+    return {"webhook-id": event_id, "webhook-timestamp": str(timestamp), "webhook-signature": signatures}
+
+
+def webhook_signing_secrets(client: ApiClient) -> list[str]:
+    """The client's secret, and the previous one while its overlap after a rotation lasts."""
+    until = client.webhook_secret_previous_until
+    if client.webhook_secret_previous and until is not None and timezone.now() < until:
+        return [client.webhook_secret, client.webhook_secret_previous]
+    return [client.webhook_secret]
 
 
 def webhook_backoff_s(attempt: int) -> float:
@@ -234,7 +250,7 @@ def webhook_deliver(*, client_id: int, call_id: int, payload: dict[str, Any], at
             "X-Triage-Event": str(payload.get("type", "")),
             "X-Triage-Event-Id": str(payload.get("id", "")),  # = webhook-id, for receivers written before it
             "X-Triage-Attempt": str(attempt),
-            **webhook_signature_headers(secret=client.webhook_secret, event_id=str(payload.get("id", "")),
+            **webhook_signature_headers(signing_secrets=webhook_signing_secrets(client), event_id=str(payload.get("id", "")),
                                         timestamp=int(time.time()), body=body),
         }
         status_code, error = _post(url, body, headers)

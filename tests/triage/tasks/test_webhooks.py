@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.db import transaction
+from django.utils import timezone
 from rest_framework.test import APIClient
 from standardwebhooks import Webhook, WebhookVerificationError
 
@@ -158,6 +159,27 @@ def test_every_client_has_a_signing_secret_and_rotation_draws_a_new_one(client_a
     assert api_client_rotate_webhook_secret(client=client, actor="system:test") != before
 
 
+@pytest.mark.django_db
+def test_after_a_rotation_events_verify_with_the_old_and_the_new_secret_until_the_overlap_ends(
+    redis_conn, client_and_token, receiver
+):
+    client = api_client_set_webhook(client=client_and_token[0], url=receiver.url, actor="system:test")
+    call = make_call(client=client)
+    old = client.webhook_secret
+    new = api_client_rotate_webhook_secret(client=client, actor="system:test")
+    payload = {"id": "0b9c2a43-6f0e-4a6b-9f1e-2d3c4b5a6978", "type": "call.done", "call": {"id": call.pk}}
+    webhook_deliver(client_id=client.pk, call_id=call.pk, payload=payload, attempt=1)
+    during = receiver.received[-1]
+    assert len(during.headers["webhook-signature"].split(" ")) == 2
+    assert verified(during, old) and verified(during, new)  # a receiver on either secret accepts it
+
+    client.webhook_secret_previous_until = timezone.now()  # the overlap is over
+    client.save(update_fields=["webhook_secret_previous_until"])
+    webhook_deliver(client_id=client.pk, call_id=call.pk, payload=payload, attempt=2)
+    after = receiver.received[-1]
+    assert verified(after, new) and not verified(after, old)
+
+
 # --- on commit, never inside the transaction -----------------------------------------------------------------
 
 
@@ -226,5 +248,6 @@ def test_a_secret_drawn_before_standard_webhooks_still_signs_events_its_library_
 
     old_style = "whsec_" + secrets.token_urlsafe(32)
     body = json.dumps({"id": "e1", "type": "call.done"}).encode()
-    headers = webhook_signature_headers(secret=old_style, event_id="e1", timestamp=int(time.time()), body=body)
+    headers = webhook_signature_headers(signing_secrets=[old_style], event_id="e1", timestamp=int(time.time()),
+                                        body=body)
     assert Webhook(old_style).verify(body, headers) == {"id": "e1", "type": "call.done"}
