@@ -24,10 +24,9 @@ from scheduler.decision import Decision
 from scheduler.metrics import TdgAccumulator
 from scheduler.policies import BaseScheduler, make_scheduler
 from scheduler.policies.displacement import more_urgent_level, never_displaces
-from scheduler.policies.semantic import semantic_token_key
 from scheduler.replica_state import ReplicaState, RoutedCall, routed_call
 from scheduler.request import Request
-from scheduler.routing import RoutingRule, route
+from scheduler.routing import RoutingRule, assign
 from scheduler.simulator import (
     SimResult,
     build_requests,
@@ -68,10 +67,9 @@ def simulate_replicas(
     preemptions = recomputed = swapped = peak = 0
 
     def call_of(r: Request, now: float) -> RoutedCall:
-        tier = config.tier_for(r.tier, r.level)
-        key = semantic_token_key(r.level, r.arrival_s, r.predicted_output_tokens, r.generated_tokens, tier, now)
-        return routed_call(key, tier, predicted_tokens=r.predicted_output_tokens, generated_tokens=r.generated_tokens,
-                           prompt_tokens=r.prompt_tokens, waited_s=now - r.arrival_s)
+        return routed_call(config.tier_for(r.tier, r.level), level=r.level, accepted_at=r.arrival_s,
+                           predicted_tokens=r.predicted_output_tokens, generated_tokens=r.generated_tokens,
+                           prompt_tokens=r.prompt_tokens, now=now)
 
     def state_of(name: str, engine: BaseScheduler, now: float) -> ReplicaState:
         cost = costs[name]
@@ -94,15 +92,11 @@ def simulate_replicas(
             nxt += 1
         if waiting:
             states = {name: state_of(name, e, clock) for name, e in engines.items()}
-            calls = {r.id: call_of(r, clock) for r in waiting}
-            for r in sorted(waiting, key=lambda r: (calls[r.id].key, r.arrival_s)):
-                placement = route(calls[r.id], list(states.values()), displaces, rule)
-                if placement is None:
-                    break  # nothing less urgent may go ahead of it
-                states[placement.replica].calls.append(calls[r.id])
-                engines[placement.replica].submit(r)
-                waiting.remove(r)
-                routed[placement.replica] += 1
+            by_id = {r.id: r for r in waiting}  # in arrival order: ties of key go to the earlier call
+            for call_id, replica in assign({i: call_of(r, clock) for i, r in by_id.items()}, states, displaces, rule):
+                engines[replica].submit(by_id[call_id])
+                waiting.remove(by_id[call_id])
+                routed[replica] += 1
         for name, engine in engines.items():
             if name in busy or not engine.has_work():
                 continue

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from scheduler.config import TierPolicy
 from scheduler.policies.displacement import Key
+from scheduler.policies.semantic import semantic_token_key
 
 
 @dataclass(frozen=True)
@@ -59,10 +60,12 @@ class ReplicaState:
         return max(0, (self.slots or self.capacity) - len(self.calls)) if self.up else 0
 
 
-def routed_call(key: Key, tier: TierPolicy, *, predicted_tokens: int, generated_tokens: int = 0,
-                prompt_tokens: int = 0, waited_s: float = 0.0) -> RoutedCall:
-    """A call as the router sees it, its targets and weight from its tier (the live pool and the simulator)."""
+def routed_call(tier: TierPolicy, *, level: int, accepted_at: float, predicted_tokens: int, now: float,
+                generated_tokens: int = 0, prompt_tokens: int = 0) -> RoutedCall:
+    """A call as the router sees it at ``now`` (the live pool and the simulator): its semantic key in tokens
+    (``semantic_token_key``, aging included), its targets and weight from its tier."""
+    key = semantic_token_key(level, accepted_at, predicted_tokens, generated_tokens, tier, now)
     return RoutedCall(key=key, remaining_tokens=max(1, int(predicted_tokens) - int(generated_tokens)),
-                      prompt_tokens=prompt_tokens, generated_tokens=generated_tokens, waited_s=waited_s,
+                      prompt_tokens=prompt_tokens, generated_tokens=generated_tokens, waited_s=now - accepted_at,
                       ttft_target_s=tier.ttft_target_mean_s, tpot_target_s=tier.tpot_target_s,
                       weight=tier.tdg_weight)

@@ -18,7 +18,7 @@ it could displace. All functions are pure; ``route`` is O(R k log k) for R repli
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler.gorouting import displacement_loss, gain_on, start_delay_s
@@ -95,6 +95,22 @@ def route(call: RoutedCall, replicas: Sequence[ReplicaState],
     return chosen
 
 
+def assign(calls: Mapping[str, RoutedCall], replicas: Mapping[str, ReplicaState],
+           displaces: Callable[[Key, Key], bool] = more_urgent_level,
+           rule: RoutingRule = RoutingRule()) -> list[tuple[str, str]]:
+    """(call id, replica) for the waiting ``calls``, most urgent first (ties in the mapping's order), each where
+    ``rule`` sends it, until one must stay in the global queue: nothing less urgent may go ahead of it. Each
+    assigned call is added to its replica's state, so the next one sees it there."""
+    assigned = []
+    for call_id in sorted(calls, key=lambda call_id: calls[call_id].key):
+        placement = route(calls[call_id], list(replicas.values()), displaces, rule)
+        if placement is None:
+            break
+        replicas[placement.replica].calls.append(calls[call_id])
+        assigned.append((call_id, placement.replica))
+    return assigned
+
+
 def _soonest_start_rank(key: Key, replica: ReplicaState, placement: Placement) -> tuple:
     if placement.starts_now and placement.displaces is None:
         return (0, len(replica.calls), replica.name)
@@ -115,11 +131,11 @@ def _gorouting_rank(call: RoutedCall, replica: ReplicaState, placement: Placemen
     delay = 0.0 if placement.starts_now else start_delay_s(call, replica)
     net = gain_on(call, replica, delay)
     if placement.displaces is not None:
-        victim = max(replica.running(), key=lambda c: c.key)
-        net -= displacement_loss(victim, replica)
+        net -= displacement_loss(max(replica.running(), key=lambda c: c.key), replica)
     pack = rule.pack and not urgent and call.remaining_tokens < rule.long_tokens
     fit = replica.free_slots if pack else -replica.free_slots
-    victim = () if placement.displaces is None else tuple(-part for part in placement.displaces)
+    least_urgent_victim = () if placement.displaces is None else tuple(-part for part in placement.displaces)
     # max gain first (rounded: equal estimates tie), then displacing nobody or else the least urgent victim,
     # then starting now, then fit, then the name
-    return (-round(net, 6), placement.displaces is not None, victim, not placement.starts_now, fit, replica.name)
+    return (-round(net, 6), placement.displaces is not None, least_urgent_victim, not placement.starts_now, fit,
+            replica.name)

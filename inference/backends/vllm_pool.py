@@ -41,11 +41,10 @@ from scheduler.call_params import CallParams
 from scheduler.config import SchedulerConfig
 from scheduler.decision import KVUsage, PreemptionMode
 from scheduler.policies.displacement import more_urgent_level, never_displaces
-from scheduler.policies.semantic import semantic_token_key
 from scheduler.preemption_notice import PreemptionNotice, parse_ref, submission_ref
 from scheduler.replica_state import ReplicaState, RoutedCall, routed_call
 from scheduler.request import Request, Stage
-from scheduler.routing import DEFAULT_ROUTING, ROUTING_RULES, RoutingRule, route
+from scheduler.routing import DEFAULT_ROUTING, ROUTING_RULES, RoutingRule, assign
 from scheduler.settings_on_vllm import changed_but_not_applied, not_applied
 
 log = logging.getLogger("inference.vllm_pool")
@@ -198,15 +197,10 @@ class VllmPool:
         return result
 
     # --- routing -------------------------------------------------------------------------------------------
-    def key(self, seq: PoolSequence, now: float) -> tuple:
-        r = seq.request
-        tier = self.config.tier_for(r.tier, r.level)
-        return semantic_token_key(r.level, r.arrival_s, r.predicted_output_tokens, seq.tokens, tier, now)
-
     def routed(self, seq: PoolSequence, now: float) -> RoutedCall:
         r = seq.request
-        return routed_call(self.key(seq, now), self.config.tier_for(r.tier, r.level), waited_s=now - r.arrival_s,
-                           predicted_tokens=r.predicted_output_tokens, generated_tokens=seq.tokens)
+        return routed_call(self.config.tier_for(r.tier, r.level), level=r.level, accepted_at=r.arrival_s,
+                           predicted_tokens=r.predicted_output_tokens, generated_tokens=seq.tokens, now=now)
 
     def _submit_ready(self) -> None:
         if not self._waiting:
@@ -237,12 +231,8 @@ class VllmPool:
                                        held[r.name], up=r.up, step_s=r.step_s, slots=self.capacity)
                   for r in self.replicas.values()}
         displaces = more_urgent_level if self.config.preempt_on_arrival else never_displaces
-        for rid in sorted(self._waiting, key=lambda rid: calls[rid].key):
-            placement = route(calls[rid], list(states.values()), displaces, self.routing_rule)
-            if placement is None:
-                break  # nothing less urgent may go ahead of it
-            states[placement.replica].calls.append(calls[rid])
-            self._submit(rid, placement.replica)
+        for rid, replica in assign(calls, states, displaces, self.routing_rule):
+            self._submit(rid, replica)
 
     def _submit(self, request_id: str, replica: str) -> None:
         seq = self.sequences[request_id]
