@@ -239,15 +239,29 @@ def test_a_call_system_hears_of_triage_after_a_retry_and_of_failure_with_every_a
     assert len(set(WebhookDelivery.objects.filter(event="call.triaged").values_list("event_id", flat=True))) == 1
 
 
-def test_a_secret_drawn_before_standard_webhooks_still_signs_events_its_library_verifies():
-    """Secrets were whsec_ + URL-safe base64 before; the library decodes them as it always will on both sides,
-    so a call system keeps its secret and only changes how it verifies."""
+def test_secrets_drawn_before_standard_webhooks_are_rewritten_to_the_same_key_every_library_decodes():
+    """Secrets were whsec_ + URL-safe base64 without padding; the Python library fails on some of them (it drops
+    - and _ and is left with a length no base64 has) and keys others with other bytes. Migration 0017 rewrites
+    each as the standard base64 of the same key, which then signs events the library verifies."""
+    import base64
+    import importlib
     import secrets
 
     from triage.services.webhooks import webhook_signature_headers
 
-    old_style = "whsec_" + secrets.token_urlsafe(32)
+    rewrite = importlib.import_module("triage.migrations.0017_webhook_secrets_in_the_standard_alphabet")
     body = json.dumps({"id": "e1", "type": "call.done"}).encode()
-    headers = webhook_signature_headers(signing_secrets=[old_style], event_id="e1", timestamp=int(time.time()),
-                                        body=body)
-    assert Webhook(old_style).verify(body, headers) == {"id": "e1", "type": "call.done"}
+    key = bytes([0xFB, 0xEF, 0xBE]) * 10 + bytes([0xFB, 0xEF])  # 42 '-' and an '8': the library cannot decode it
+    old_styles = ["whsec_" + base64.urlsafe_b64encode(key).decode().rstrip("=")]
+    old_styles += ["whsec_" + secrets.token_urlsafe(32) for _ in range(200)]
+    with pytest.raises(ValueError):
+        Webhook(old_styles[0])
+    for old_style in old_styles:
+        rewritten = rewrite.standard_alphabet(old_style)
+        encoded = old_style.removeprefix("whsec_")
+        assert base64.b64decode(rewritten.removeprefix("whsec_"), validate=True) == base64.urlsafe_b64decode(
+            encoded + "=" * (-len(encoded) % 4))
+        assert rewrite.standard_alphabet(rewritten) == rewritten
+        headers = webhook_signature_headers(signing_secrets=[rewritten], event_id="e1", timestamp=int(time.time()),
+                                            body=body)
+        assert Webhook(rewritten).verify(body, headers) == {"id": "e1", "type": "call.done"}
