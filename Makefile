@@ -16,7 +16,7 @@ VLLM_VENV := .venv-vllm
 VLLM_SUPPORTED := $(shell [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ] && echo yes)
 PYTEST_VERSION := 9.2.0
 
-.PHONY: demo test test-vllm venv vllm-venv services browser promtool models load-model migrate lint clean
+.PHONY: demo demo-production-like test test-vllm venv vllm-venv services browser promtool caddy models load-model migrate lint clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,10 @@ browser:
 promtool:
 	bin/ensure-promtool
 
+# Caddy, the TLS proxy of compose, for `manage.py demo --production-like` and its test, from Debian's package.
+caddy:
+	bin/ensure-caddy
+
 models: venv
 	$(PY) manage.py build_models
 
@@ -70,7 +74,7 @@ load-model: venv
 
 # The environments, services and browser are independent downloads and installs: made side by side.
 test:
-	$(MAKE) -j4 venv services browser vllm-venv promtool
+	$(MAKE) -j4 venv services browser vllm-venv promtool caddy
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) TRIAGE_CONTROL_CHANNEL=$(TEST_CONTROL_CHANNEL) \
 		$(VENV)/bin/pytest -q
 	$(MAKE) test-vllm
@@ -82,6 +86,11 @@ lint: venv
 # 127.0.0.1 with DEBUG on (config/local_env.py); production's defaults stay as they are.
 demo: venv services $(if $(filter vllm,$(INFERENCE_BACKEND)),vllm-venv)
 	$(PY) manage.py demo
+
+# Compose's topology on this host: the TLS proxy (proxy/Caddyfile) in front of daphne and the gunicorn intake,
+# production's settings, https://127.0.0.1:8443 (docs/deploy.md).
+demo-production-like: venv services caddy
+	$(PY) manage.py demo --production-like
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) var models

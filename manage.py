@@ -10,8 +10,8 @@ def main() -> None:
 
         # demo and the load tests run a stack of their own over http on 127.0.0.1, and the model commands
         # serve nothing (config/local_env.py); every other command gets production's settings and needs
-        # DJANGO_SECRET_KEY.
-        apply_local_stack_env(sys.argv[1])
+        # DJANGO_SECRET_KEY. `demo --production-like` keeps production's settings behind its own TLS proxy.
+        apply_local_stack_env(sys.argv[1], production_like="--production-like" in sys.argv)
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

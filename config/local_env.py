@@ -64,10 +64,13 @@ def local_secret_key(directory: Path) -> str:
     return key
 
 
-def apply_local_stack_env(command: str, environ: MutableMapping[str, str] = os.environ) -> bool:
+def apply_local_stack_env(command: str, environ: MutableMapping[str, str] = os.environ, *,
+                          production_like: bool = False) -> bool:
     """For a local-stack ``command``, fill in what the operator did not set; returns whether it did.
 
     Values already in the environment win: `DJANGO_DEBUG=0 manage.py demo` runs the demo without DEBUG.
+    ``production_like`` (`manage.py demo --production-like`): the stack runs behind its own TLS proxy, so it
+    keeps production's settings whole (https, secure cookies, HSTS, no DEBUG); only the key is made here.
     """
     if command in OFFLINE_COMMANDS:
         environ.setdefault("DJANGO_SECRET_KEY", secrets.token_urlsafe(50))
@@ -76,6 +79,8 @@ def apply_local_stack_env(command: str, environ: MutableMapping[str, str] = os.e
         return False
     if not environ.get("DJANGO_SECRET_KEY"):
         environ["DJANGO_SECRET_KEY"] = local_secret_key(var_dir(environ))
+    if production_like:
+        return True
     for name, value in PLAIN_HTTP_ENV.items():
         environ.setdefault(name, value)
     if command in DEBUG_COMMANDS:

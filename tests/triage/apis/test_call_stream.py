@@ -129,6 +129,21 @@ async def test_a_client_gets_the_guidance_so_far_then_each_new_token_then_done(s
     assert all(ids) and ids == sorted(ids, key=lambda i: tuple(map(int, i.split("-"))))
 
 
+async def test_a_token_that_comes_after_longer_than_redis_pys_default_read_timeout_still_reaches_the_stream(
+        stream_call, sse):
+    """redis-py 8 reads with a 5 s socket timeout by default; the stream blocks for its keep-alive (15 s) waiting
+    for a token, and used to die at 5 s, so a call that waited in the queue longer never streamed."""
+    stream = await sse(stream_call.pk)
+    assert (await stream.next()).event == "replay"
+    rest = asyncio.ensure_future(stream.until_done(timeout_s=30))  # the stream waits in XREAD from now on
+    await asyncio.sleep(6)
+    await publish_tokens([(stream_call.pk, 0, "Is he breathing?")])
+    await publish_call_done(stream_call.pk, "done")
+    assert [(e.event, e.data) for e in await rest] == [
+        ("token", {"index": 0, "text": "Is he breathing?"}), ("done", {"status": "done"}),
+    ]
+
+
 async def test_a_client_resuming_with_last_event_id_gets_only_the_events_after_it(stream_call, sse):
     await publish_tokens([(stream_call.pk, 0, "Is he ")])
     first = await sse(stream_call.pk)

@@ -1,9 +1,16 @@
-"""`manage.py demo`: the whole product on this machine with embedded defaults, then a few sample calls."""
+"""`manage.py demo`: the whole product on this machine with embedded defaults, then a few sample calls.
+
+`manage.py demo --production-like` runs compose's topology instead, on this host: the TLS proxy (Caddy with
+proxy/Caddyfile, the file compose mounts) in front of daphne (the board, sockets and guidance streams) and the
+gunicorn intake (the REST API), the Celery triage and webhook workers, beat and the inference worker, with
+production's settings (https, no DEBUG, hashed static files).
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import ssl
 import threading
 import time
 from pathlib import Path
@@ -13,7 +20,14 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from tools.stack import Stack, redis_reachable, start_embedded_redis, stop_requested
+from tools.stack import (
+    Stack,
+    free_port,
+    proxy_root_certificate,
+    redis_reachable,
+    start_embedded_redis,
+    stop_requested,
+)
 
 SAMPLE_CALLS = Path(settings.BASE_DIR) / "fixtures" / "sample_calls.jsonl"
 TOKEN_FILE = Path(settings.VAR_DIR) / "demo-api-token"
@@ -23,12 +37,19 @@ class Command(BaseCommand):
     help = "Build what is missing, start web + Celery + inference worker, replay sample calls, run until Ctrl-C."
 
     def add_arguments(self, parser):  # noqa: ANN001
-        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--port", type=int, default=None,
+                            help="where the board answers (default 8000; 8443, https, with --production-like)")
+        parser.add_argument("--production-like", action="store_true",
+                            help="compose's topology: TLS proxy, daphne, gunicorn intake; production settings")
         parser.add_argument("--no-replay", action="store_true")
         parser.add_argument("--exit-after-replay", action="store_true", help="stop once the samples are queued")
 
-    def handle(self, *args, port: int, no_replay: bool, exit_after_replay: bool, **options) -> None:  # noqa: ANN002, ANN003
+    def handle(self, *args, port: int | None, production_like: bool, no_replay: bool, exit_after_replay: bool,  # noqa: ANN002
+               **options) -> None:  # noqa: ANN003
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
+        port = port or (8443 if production_like else 8000)
+        if production_like:  # the board's login posts from the proxy's origin
+            env.setdefault("DJANGO_CSRF_TRUSTED_ORIGINS", f"https://127.0.0.1:{port}")
         embedded_redis = None
         if not redis_reachable(settings.REDIS_URL):
             embedded_redis, env["REDIS_URL"] = start_embedded_redis(Path(settings.VAR_DIR))
@@ -38,25 +59,36 @@ class Command(BaseCommand):
         stack = Stack(env=env, log_dir=Path(settings.VAR_DIR) / "logs")
         with stop_requested() as stop:
             try:
-                self._run(stack, port, token, no_replay, exit_after_replay, stop)
+                self._run(stack, port, production_like, token, no_replay, exit_after_replay, stop)
             finally:
                 stack.stop_all()  # a further signal only sets ``stop`` again: the stopping runs to its end
                 if embedded_redis is not None:
                     embedded_redis.shutdown()
 
-    def _run(self, stack: Stack, port: int, token: str, no_replay: bool, exit_after_replay: bool,
-             stop: threading.Event) -> None:
-        for start in (lambda: stack.start_web(port), stack.start_celery, lambda: self._start_inference(stack)):
+    def _run(self, stack: Stack, port: int, production_like: bool, token: str, no_replay: bool,
+             exit_after_replay: bool, stop: threading.Event) -> None:
+        web_port, intake_port = (free_port(), free_port()) if production_like else (port, None)
+        starts = [lambda: stack.start_web(web_port), stack.start_celery, lambda: self._start_inference(stack)]
+        if production_like:
+            proxy_data = Path(settings.VAR_DIR) / "proxy"
+            starts[1:1] = [lambda: stack.start_intake(intake_port),
+                           lambda: stack.start_proxy(port, web_port, intake_port, proxy_data)]
+        for start in starts:
             if stop.is_set():
                 return
             start()
-        base = f"http://127.0.0.1:{port}"
+        base = f"http{'s' if production_like else ''}://127.0.0.1:{port}"
+        context = None
+        if production_like:
+            root = proxy_root_certificate(proxy_data)
+            context = ssl.create_default_context(cafile=str(root))
+            self.stdout.write(f"TLS:    the proxy's own certificate authority; trust {root}")
         self.stdout.write(self.style.SUCCESS(f"board:  {base}/   (login: dispatcher / dispatcher)"))
         self.stdout.write(f"admin:  {base}/admin/   (login: admin / admin)")
         self.stdout.write(f"API:    {base}/api/docs/   token in {TOKEN_FILE}")
         self.stdout.write(f"logs:   {stack.log_dir}/")
         if not no_replay and not stop.is_set():
-            self._replay(base, token)
+            self._replay(base, token, context)
         if exit_after_replay:
             return
         self.stdout.write("running; Ctrl-C stops everything", ending="\n")
@@ -108,7 +140,7 @@ class Command(BaseCommand):
         TOKEN_FILE.chmod(0o600)
         return token
 
-    def _replay(self, base: str, token: str) -> None:
+    def _replay(self, base: str, token: str, context: ssl.SSLContext | None) -> None:
         stamp = int(time.time())
         for line in SAMPLE_CALLS.read_text().splitlines():
             call = json.loads(line)
@@ -118,6 +150,6 @@ class Command(BaseCommand):
                 f"{base}/api/v1/calls/", data=json.dumps(call).encode(), method="POST",
                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
             )
-            with urlrequest.urlopen(req, timeout=10) as resp:
+            with urlrequest.urlopen(req, timeout=10, context=context) as resp:
                 body = json.loads(resp.read())
                 self.stdout.write(f"  {resp.status} call {body.get('id')}: {call['transcript'][:60]}…")
