@@ -1,13 +1,17 @@
 """Prometheus exposition of the Django processes: web and intake count and time their requests and answer
-/metrics; a Celery pool process serves its registry on a port of its own. What they count of calls is the
+/metrics; a Celery worker serves the sum of its pool processes on one port. What they count of calls is the
 dispatch app's (``triage/metrics.py``); the inference worker has its own (``worker/metrics.py``).
 
 Web and intake serve ``/metrics`` only to a scraper holding ``TRIAGE_METRICS_TOKEN`` (``Authorization: Bearer``;
-without the setting the path does not exist: the numbers describe the centre's load). A Celery pool process
-serves its registry on ``TRIAGE_CELERY_METRICS_PORT`` plus its pool index, bound to
-``TRIAGE_CELERY_METRICS_HOST``. Under gunicorn (several worker processes behind one port) set
-``PROMETHEUS_MULTIPROC_DIR``: prometheus_client's multiprocess mode then sums every worker's series in the one
-``/metrics`` answer (config/gunicorn.py empties the directory at start and marks exited workers dead).
+without the setting the path does not exist: the numbers describe the centre's load).
+
+Several processes behind one scrape use prometheus_client's multiprocess mode, as its documentation prescribes:
+``PROMETHEUS_MULTIPROC_DIR`` names a directory where each process keeps its series, emptied when the server
+starts (a dead server's counts would be added to the new one's), and a process's files are marked dead when it
+exits. Under gunicorn, config/gunicorn.py does it and ``/metrics`` sums the workers. A Celery worker's main
+process serves the sum of its pool processes on ``TRIAGE_CELERY_METRICS_PORT`` (bound to
+``TRIAGE_CELERY_METRICS_HOST``): one target however many pool processes run or are replaced, and no counter
+that jumps between scrapes.
 """
 
 from __future__ import annotations
@@ -15,11 +19,14 @@ from __future__ import annotations
 import hmac
 import logging
 import os
+import shutil
 import time
 from collections.abc import Awaitable
+from pathlib import Path
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseNotFound
 from prometheus_client import (
     REGISTRY,
@@ -85,13 +92,24 @@ def _observe(request: HttpRequest, response: HttpResponseBase, started: float) -
 
 
 def serve_celery_metrics() -> None:
-    """In a Celery pool process: serve this process's registry, one port per pool index."""
+    """In a Celery worker's main process, before its pool starts: serve the sum of the pool processes' series on
+    ``TRIAGE_CELERY_METRICS_PORT``. Refuses to start without ``PROMETHEUS_MULTIPROC_DIR``: each pool process
+    would count apart and the port would show none of it."""
     port = int(os.environ.get("TRIAGE_CELERY_METRICS_PORT", "0"))
     if not port:
         return
-    from billiard.process import current_process
-
-    index = getattr(current_process(), "index", 0) or 0
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR", "")
+    if not directory:
+        raise ImproperlyConfigured("TRIAGE_CELERY_METRICS_PORT needs PROMETHEUS_MULTIPROC_DIR (a directory of this "
+                                   "worker's own) so that the port sums the pool processes")
+    shutil.rmtree(directory, ignore_errors=True)
+    Path(directory).mkdir(parents=True, exist_ok=True)
     host = os.environ.get("TRIAGE_CELERY_METRICS_HOST", "127.0.0.1")
-    start_http_server(port + index, addr=host)
-    log.info("Celery metrics on http://%s:%d/metrics", host, port + index)
+    start_http_server(port, addr=host, registry=_registry())
+    log.info("Celery metrics on http://%s:%d/metrics (the sum of the pool processes)", host, port)
+
+
+def celery_process_exited(pid: int) -> None:
+    """A pool process ends: its live gauges stop counting (its counters and histograms stay in the sum)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR") and os.environ.get("TRIAGE_CELERY_METRICS_PORT"):
+        multiprocess.mark_process_dead(pid)

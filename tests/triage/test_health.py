@@ -79,6 +79,19 @@ def test_compose_publishes_only_the_tls_proxy_and_points_it_at_daphne_and_the_in
     assert set(proxy["depends_on"]) == {"web", "intake"}
 
 
+def test_compose_starts_every_celery_process_with_the_projects_celery_app():
+    """`celery -A NAME` as Celery resolves it (after the house split `-A triage` found no app: the workers and
+    beat of compose would not have started)."""
+    from celery.app.utils import find_app
+
+    from config.celery import app
+
+    commands = {name: s["command"] for name, s in _compose()["services"].items() if s.get("command", [""])[0] == "celery"}
+    assert set(commands) == {"worker", "webhooks", "beat"}
+    for name, command in commands.items():
+        assert find_app(command[command.index("-A") + 1]) is app, name
+
+
 def test_compose_is_well_formed_as_compose_reads_it():
     """What `docker compose config` would refuse, checked without a Docker engine: every service has an image or
     a build, its dependencies exist (and wait on health or completion), every long-running service has a

@@ -3,6 +3,7 @@ worker's: tests/engine/test_worker.py)."""
 
 import os
 import socket
+from collections import Counter
 from urllib.error import URLError
 from urllib.request import urlopen
 
@@ -49,8 +50,12 @@ def test_web_metrics_count_requests_and_accepted_calls_for_the_scraper_only(
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.slow
-def test_the_celery_worker_exports_triage_time_by_esi(redis_conn, trained_predictors_dir, tmp_path, settings):
-    """A worker of its own on a queue of its own (the session's Celery worker must not take the task)."""
+def test_one_port_of_the_celery_worker_sums_its_pool_processes_triage_counts_by_esi(
+        redis_conn, trained_predictors_dir, tmp_path, settings):
+    """A worker of its own on a queue of its own (the session's Celery worker must not take the tasks), two pool
+    processes: every call they triage is counted on the one port the main process serves (it triages nothing
+    itself: prometheus_client's multiprocess mode sums the pool processes' files); the directory is emptied at
+    the worker's start."""
     from django.utils import timezone
 
     from config.celery import app as celery_app
@@ -59,29 +64,53 @@ def test_the_celery_worker_exports_triage_time_by_esi(redis_conn, trained_predic
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     queue = f"metrics-{port}"
+    directory = tmp_path / "prometheus-celery"
+    directory.mkdir()
+    (directory / "counter_99999.db").write_bytes(b"left by a dead worker")
     env = {**os.environ, "DATABASE_URL": database_url_for_test_db(), "REDIS_URL": settings.REDIS_URL,
            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL, "TRIAGE_CELERY_METRICS_PORT": str(port),
-           **predictor_env(trained_predictors_dir)}
-    worker = start_worker(env, tmp_path / "worker.log", "--pool", "prefork", "--concurrency", "1", "-Q", queue)
+           "PROMETHEUS_MULTIPROC_DIR": str(directory), **predictor_env(trained_predictors_dir)}
+    worker = start_worker(env, tmp_path / "worker.log", "--pool", "prefork", "--concurrency", "2", "-Q", queue,
+                          "--prefetch-multiplier", "1")
     try:
-        # Stored without the intake's task, so only this worker's task triages it.
-        call = Call.objects.create(external_id="metrics-1", received_at=timezone.now(), transcript=call_payload()["transcript"])
-        celery_app.send_task("triage.tasks.triage_call", args=(call.pk,), queue=queue)
-        wait_until(lambda: Call.objects.get(pk=call.pk).status != CallStatus.RECEIVED, timeout_s=60)
-        level = Call.objects.get(pk=call.pk).level
+        # Stored without the intake's task, so only this worker's tasks triage them; one task per call.
+        calls = [Call.objects.create(external_id=f"metrics-{i}", received_at=timezone.now(),
+                                     transcript=call_payload()["transcript"]) for i in range(6)]
+        for call in calls:
+            celery_app.send_task("triage.tasks.triage_call", args=(call.pk,), queue=queue)
+        wait_until(lambda: not Call.objects.filter(pk__in=[c.pk for c in calls], status=CallStatus.RECEIVED).exists(),
+                   timeout_s=90)
+        levels = Counter(Call.objects.filter(pk__in=[c.pk for c in calls]).values_list("level", flat=True))
 
         def scrape() -> dict | None:
-            for candidate in (port, port + 1):  # the pool process's index decides its port
-                try:
-                    with urlopen(f"http://127.0.0.1:{candidate}/metrics", timeout=2) as response:
-                        return _samples(response.read().decode())
-                except (URLError, OSError):
-                    continue
-            return None
+            try:
+                with urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+                    return _samples(response.read().decode())
+            except (URLError, OSError):
+                return None
 
-        triaged = ("triage_calls_triaged_total", (("esi", str(level)),))
-        samples = wait_until(lambda: (s := scrape()) and triaged in s and s, timeout_s=30)  # counted on commit
-        assert samples[triaged] == 1
-        assert samples[("triage_triage_seconds_count", (("esi", str(level)),))] == 1
+        def counted(samples: dict | None) -> dict[int, float] | None:
+            if not samples:
+                return None
+            by_level = {level: samples.get(("triage_calls_triaged_total", (("esi", str(level)),)), 0)
+                        for level in levels}
+            return by_level if sum(by_level.values()) == len(calls) else None
+
+        by_level = wait_until(lambda: counted(scrape()), timeout_s=30)  # counted on commit
+        assert by_level == dict(levels)
+        samples = scrape()
+        assert sum(samples[("triage_triage_seconds_count", (("esi", str(level)),))] for level in levels) == len(calls)
+        assert not (directory / "counter_99999.db").exists()
     finally:
         stop_worker(worker)
+
+
+def test_a_celery_metrics_port_without_a_multiprocess_directory_is_refused_at_start(monkeypatch):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from config.metrics import serve_celery_metrics
+
+    monkeypatch.setenv("TRIAGE_CELERY_METRICS_PORT", "9200")
+    monkeypatch.delenv("PROMETHEUS_MULTIPROC_DIR", raising=False)
+    with pytest.raises(ImproperlyConfigured, match="PROMETHEUS_MULTIPROC_DIR"):
+        serve_celery_metrics()
