@@ -38,15 +38,35 @@ def test_every_rule_has_a_test_in_which_it_fires():
     assert {rule["alert"] for rule in _rules()} - fired == set()
 
 
-def test_the_rules_read_only_series_that_are_exported():
+def _exported() -> set[str]:
+    """Every series name our processes export, as Prometheus stores them."""
     from prometheus_client import REGISTRY
 
     import config.metrics  # noqa: F401 - registers the web and intake series
-    import triage.metrics  # noqa: F401 - registers the Celery triage series
+    import triage.metrics  # noqa: F401 - registers the Celery triage, sweep and webhook series
 
     exported = {f"{family.name}{suffix}" for family in REGISTRY.collect()
                 for suffix in ("", "_total", "_bucket", "_count", "_sum")}
-    worker = set(re.findall(r"triage_(?:inference|slo|surge)_[a-z_]+", (ROOT / "worker" / "metrics.py").read_text()))
+    worker = set(re.findall(r"triage_(?:inference|slo|surge)_[a-z0-9_]+", (ROOT / "worker" / "metrics.py").read_text()))
     worker |= {f"{name}{suffix}" for name in worker for suffix in ("_total", "_bucket", "_count", "_sum")}
-    read = {name for rule in _rules() for name in re.findall(r"\b(triage_[a-z0-9_]+|up)\b", rule["expr"])}
-    assert len(read) >= 9 and read - exported - worker - PROMETHEUS_OWN == set()
+    return exported | worker | PROMETHEUS_OWN
+
+
+def _read(expressions: list[str]) -> set[str]:
+    return {name for expr in expressions for name in re.findall(r"\b(triage_[a-z0-9_]+|up)\b", expr)}
+
+
+def test_the_rules_read_only_series_that_are_exported():
+    read = _read([rule["expr"] for rule in _rules()])
+    assert len(read) >= 12 and read - _exported() == set()
+
+
+def test_the_dashboard_reads_only_series_that_are_exported_from_every_kind_of_process():
+    import json
+
+    panels = json.loads((DOCS / "grafana-dashboard.json").read_text())["panels"]
+    expressions = [target["expr"] for panel in panels for target in panel["targets"]]
+    assert _read(expressions) - _exported() == set()
+    for series in ("triage_web_requests_total", "triage_calls_triaged_total", "triage_webhook_deliveries_total",
+                   "triage_inference_queue_depth", "vllm:num_requests_waiting", "up"):  # web/intake, Celery, inference, vLLM
+        assert any(series in expr for expr in expressions), series

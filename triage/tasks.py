@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ from django.utils import timezone
 from django.utils.module_loading import import_string
 from redis import RedisError
 
+from triage import metrics
 from triage.models import Call, CallStatus
 from triage.services.assessments import calls_enqueue_or_leave_for_sweep
 from triage.services.batching import Predictor, call_triage_micro_batch
@@ -89,6 +91,7 @@ def sweep_stuck_calls() -> dict[str, int]:
         logger.warning("sweep: re-sent %d of %d received calls, queued %d of %d triaged calls",
                        resent, len(received), len(queued), len(triaged))
     sweep_mark_done()
+    metrics.sweep_done(received=len(received), triaged=len(triaged), restreamed=restreamed, ended_at=time.time())
     return {"received": len(received), "resent": resent, "triaged": len(triaged), "queued": len(queued),
             "restreamed": restreamed}
 
@@ -101,6 +104,7 @@ def deliver_webhook(self: Any, *, client_id: int, call_id: int, payload: dict[st
     """POST one webhook event (attempt ``attempt``); a failed attempt is retried with exponential backoff up to
     WEBHOOK_MAX_ATTEMPTS. The attempt number travels in the message, so each retry is its own row."""
     delivery = webhook_deliver(client_id=client_id, call_id=call_id, payload=payload, attempt=attempt)
+    metrics.webhook_attempted(delivery.outcome)
     if delivery.outcome == delivery.Outcome.RETRYING:
         raise self.retry(
             countdown=webhook_backoff_s(attempt),

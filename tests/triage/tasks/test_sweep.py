@@ -1,11 +1,13 @@
 """An accepted call is never lost: calls left behind by a broker outage or a failed stream append are re-sent."""
 
+import time
 from datetime import timedelta
 
 import pytest
 import redis
 from django.utils import timezone
 from kombu.exceptions import OperationalError
+from prometheus_client import REGISTRY
 from rest_framework.test import APIClient
 
 from config.celery import app as celery_app
@@ -19,6 +21,10 @@ from triage.tasks import sweep_stuck_calls
 
 def _broker_down(*args, **kwargs):
     raise OperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+
+def _sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
 
 
 def _age(call_ids, seconds=120):
@@ -42,7 +48,11 @@ def test_calls_accepted_while_the_broker_was_down_are_queued_after_the_sweep(
 
     assert sweep_stuck_calls()["received"] == 0  # too young: their own task may still come
     _age(ids)
+    left_behind = _sample("triage_sweep_stuck_calls_total", status="received")
     assert sweep_stuck_calls()["resent"] == 3
+    # what the alerts read (docs/observability/alerts.yml: TriageCallsLeftBehind, TriageBeatNotSweeping)
+    assert _sample("triage_sweep_stuck_calls_total", status="received") == left_behind + 3
+    assert time.time() - _sample("triage_sweep_last_run_timestamp_seconds") < 60
     wait_until(lambda: Call.objects.filter(pk__in=ids, status=CallStatus.QUEUED).count() == 3, timeout_s=90)
     assert {int(e["call_id"]) for e in stream_entries(redis_conn)} == set(ids)
 

@@ -125,6 +125,26 @@ def test_a_failed_attempt_is_retried_until_the_last_allowed_one(redis_conn, clie
 
 
 @pytest.mark.django_db
+def test_an_event_given_up_is_counted_by_outcome_for_the_alert(redis_conn, client_and_token, receiver, settings):
+    """TriageWebhooksGivenUp (docs/observability/alerts.yml) reads this counter."""
+    from prometheus_client import REGISTRY
+
+    from triage.tasks import deliver_webhook
+
+    settings.TRIAGE = {**settings.TRIAGE, "WEBHOOK_MAX_ATTEMPTS": 1}
+    client = api_client_set_webhook(client=client_and_token[0], url=receiver.url, actor="system:test")
+    receiver.statuses = [503]
+    payload = {"id": "5d0c7e1a-9b1f-4c55-8a2e-6f3d2b1a0c99", "type": "call.failed", "call": {}}
+
+    def given_up() -> float:
+        return REGISTRY.get_sample_value("triage_webhook_deliveries_total", {"outcome": "gave_up"}) or 0.0
+
+    before = given_up()
+    assert deliver_webhook.apply(kwargs={"client_id": client.pk, "call_id": 0, "payload": payload}).get() == "gave_up"
+    assert given_up() == before + 1
+
+
+@pytest.mark.django_db
 def test_an_unreachable_receiver_is_a_failed_attempt_with_the_reason(redis_conn, client_and_token, receiver):
     client = api_client_set_webhook(client=client_and_token[0], url="http://127.0.0.1:9/nothing", actor="system:test")
     delivery = webhook_deliver(client_id=client.pk, call_id=0, payload={"id": None, "type": "call.done"}, attempt=1)
