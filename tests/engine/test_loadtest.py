@@ -48,6 +48,36 @@ def test_loadtest_replays_one_trace_per_policy_through_the_whole_stack_and_compa
     assert traced.filter(status=CallStatus.DONE).count() == 2 * CALLS  # one trace per policy, none lost
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.slow
+def test_loadtest_sends_every_event_to_a_receiver_that_never_answers_and_every_call_still_completes(
+    tiny_guidance_model, trained_predictors_dir, settings, monkeypatch, tmp_path
+):
+    """--webhooks black-hole: the deliveries time out on the webhook worker's threads while triage and guidance
+    run (the comparison with none is BENCHMARKS.md's, "Webhooks that black-hole")."""
+    from triage.models import WebhookDelivery
+
+    suffix = uuid.uuid4().hex[:8]
+    env = {
+        "DATABASE_URL": database_url_for_test_db(), "DATABASE_CONN_MAX_AGE": "0", "REDIS_URL": settings.REDIS_URL,
+        "INFERENCE_MODEL": str(tiny_guidance_model), "TRIAGE_MODELS_DIR": str(tmp_path / "no-models"),
+        "TRIAGE_INFERENCE_STREAM": f"test:loadtest:{suffix}", "TRIAGE_CONTROL_CHANNEL": f"test:loadtest-control:{suffix}",
+        "TRIAGE_INFERENCE_NICE": "0", "TRIAGE_WEBHOOK_TIMEOUT_S": "1",
+        **predictor_env(trained_predictors_dir),
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    out = StringIO()
+    call_command("loadtest", calls=6, pattern="burst", policy="semantic", webhooks="black-hole", json=True,
+                 timeout=240, stdout=out)
+    [result] = json.loads(out.getvalue())
+    assert result["webhooks"] == "black-hole" and result["completed"] == result["calls"] == 6
+    assert result["black_hole_connections"] > 0 and result["triage_p50"] > 0
+    attempts = WebhookDelivery.objects.all()
+    assert attempts.exists() and {a.outcome for a in attempts} <= {"retrying", "gave_up"}
+    assert all("timed out" in a.error.lower() for a in attempts), {a.error for a in attempts}
+
+
 def test_a_level_filtered_trace_keeps_exactly_the_calls_triage_puts_at_those_levels(
     triage_predictor, trained_predictors_dir, settings
 ):

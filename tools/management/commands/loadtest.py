@@ -8,6 +8,8 @@ scheduling policy after another on the identical trace, and compare per-ESI late
         --policy fcfs,priority,semantic --json  # a dispatch centre's day where slots bind
     manage.py loadtest --backend vllm --replicas 2 --pattern dispatch --rate 0.4 --calls 150 --policy semantic \
         --routing soonest-start,gorouting --json   # the two routing rules over two servers
+    manage.py loadtest --calls 200 --policy semantic --webhooks none,black-hole --json
+                                                # every event to a receiver that never answers, and none
 
 Without --url it starts the web server, the Celery worker and the inference worker itself (restarting Celery
 and the inference worker, with `--policy P`, before each policy, on an inference stream of that run and policy
@@ -32,7 +34,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import threading
 import time
 import uuid
@@ -44,74 +45,12 @@ from urllib import request as urlrequest
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from scheduler.metrics import percentile
 from scheduler.routing import DEFAULT_ROUTING, ROUTING_RULES
+from tools.load_report import plot_ttft, ratios_to_fcfs, summarise
 from tools.load_traces import CORPUS, load_trace, only_levels
 
 LOADTEST_ACTOR = "system:loadtest"
 WARM_UP = "lt-warm-up"  # external id prefix of the call sent before each policy's trace
-
-
-def summarise(policy: str, call_ids: list[int], since: float | None = None) -> dict:
-    """Per ESI level the latencies and, against each call's tier, the share of calls within its mean TTFT and
-    its TPOT target (``scheduler.metrics.share_within``, as the simulator and the SLO monitor count); the
-    surge controller's changes of mode since ``since`` (Unix seconds). ``tdg_ratio``: PROSERVE's token-level
-    deadline gain (``scheduler.metrics.TdgAccumulator``) with each call's tokens taken as evenly spaced between
-    its first and its last (the database keeps those two times, not every token's)."""
-    from scheduler.config import SchedulerConfig
-    from scheduler.metrics import TdgAccumulator
-    from triage.models import ESI_LEVELS, AuditAction, AuditEvent, Call
-
-    calls = list(Call.objects.filter(pk__in=call_ids).select_related("tier"))
-    by_esi: dict[str, dict] = {}
-    tdg = TdgAccumulator()
-    for level in ESI_LEVELS:
-        group = [c for c in calls if c.level == level and c.done_at and c.first_token_at]
-        ttft = [(c.first_token_at - c.created_at).total_seconds() for c in group]
-        e2e = [(c.done_at - c.created_at).total_seconds() for c in group]
-        norm = [(c.done_at - c.created_at).total_seconds() / max(1, c.output_tokens) for c in group]
-        # Where the TTFT went: accepted -> classified (Celery), queued -> first token (the LLM scheduler).
-        triage = [(c.triaged_at - c.created_at).total_seconds() for c in group if c.triaged_at]
-        engine = [(c.first_token_at - c.queued_at).total_seconds() for c in group if c.queued_at]
-        # each call's tier, or the default tier of its level where the database has none (as the engine does)
-        tiers = [c.tier.policy() if c.tier else SchedulerConfig().tier_for(None, level) for c in group]
-        ttft_met = [t <= tier.ttft_target_mean_s for t, tier in zip(ttft, tiers, strict=True)]
-        tpot_met = [(c.done_at - c.first_token_at).total_seconds() / (c.output_tokens - 1) <= tier.tpot_target_s
-                    for c, tier in zip(group, tiers, strict=True) if c.output_tokens > 1]
-        for c, first, tier in zip(group, ttft, tiers, strict=True):
-            gap = (c.done_at - c.first_token_at).total_seconds() / max(1, c.output_tokens - 1)
-            for index in range(1, max(1, c.output_tokens) + 1):
-                tdg.token(index=index, t_s=first + (index - 1) * gap, arrival_s=0.0,
-                          ttft_target_s=tier.ttft_target_mean_s, tpot_target_s=tier.tpot_target_s,
-                          weight=tier.tdg_weight)
-        by_esi[str(level)] = {
-            "count": len(group), "ttft_p50": _p(ttft, 50), "ttft_p99": _p(ttft, 99),
-            "ttft_attainment": round(sum(ttft_met) / len(ttft_met), 3) if ttft_met else None,
-            "tpot_attainment": round(sum(tpot_met) / len(tpot_met), 3) if tpot_met else None,
-            "e2e_p50": _p(e2e, 50), "e2e_p99": _p(e2e, 99),
-            "normalized_wait_mean": round(sum(norm) / len(norm), 4) if norm else None,
-            "triage_p50": _p(triage, 50), "queued_to_first_token_p50": _p(engine, 50),
-        }
-    preemptions = {"swap": 0, "recompute": 0, "partial": 0}
-    for data in AuditEvent.objects.filter(call_id__in=call_ids, action=AuditAction.CALL_PREEMPTED).values_list("data", flat=True):
-        mode = (data or {}).get("mode")
-        key = {"drop": "recompute", "swap": "swap", "partial": "partial"}.get(mode)
-        if key:
-            preemptions[key] += 1
-    done = [c for c in calls if c.done_at]
-    tokens = sum(c.output_tokens for c in done)
-    span = (max(c.done_at for c in done) - min(c.created_at for c in done)).total_seconds() if done else 0
-    modes = []
-    if since is not None:
-        changed = AuditEvent.objects.filter(action=AuditAction.SURGE_MODE_CHANGED,
-                                            created_at__gte=datetime.fromtimestamp(since, tz=UTC))
-        modes = [(e.created_at.isoformat(), e.data.get("mode")) for e in changed.order_by("id")]
-    return {
-        "policy": policy, "calls": len(calls), "completed": len(done), "by_esi": by_esi, "surge_modes": modes,
-        "preemptions": preemptions, "throughput_tokens_per_s": round(tokens / span, 2) if span else None,
-        "throughput_calls_per_s": round(len(done) / span, 3) if span else None,
-        "tdg_ratio": round(tdg.ratio, 4),
-    }
 
 
 class Command(BaseCommand):
@@ -128,6 +67,9 @@ class Command(BaseCommand):
         parser.add_argument("--surge-control", default="on",
                             help="on, off or on,off: run each policy with the inference worker's surge control so")
         parser.add_argument("--policy", default="semantic,fcfs")
+        parser.add_argument("--webhooks", default="none",
+                            help="none, black-hole or none,black-hole: the client's webhook URL for the run "
+                                 "(black-hole: a receiver that accepts connections and never answers)")
         parser.add_argument("--trace", default=str(CORPUS), help="JSONL of call records (transcript, ...)")
         parser.add_argument("--url", default=None, help="drive a running stack instead of starting one")
         parser.add_argument("--token", default=os.environ.get("TRIAGE_API_TOKEN"), help="API token (with --url)")
@@ -174,32 +116,41 @@ class Command(BaseCommand):
         fcfs = next((r for r in results if r["policy"].endswith("fcfs")), None)
         if fcfs is not None:
             for r in results:
-                r["vs_fcfs"] = _ratios(r, fcfs)
+                r["vs_fcfs"] = ratios_to_fcfs(r, fcfs)
         if o["json"]:
             self.stdout.write(json.dumps(results, indent=2))
         else:
             for r in results:
                 self._print(r)
         if o["plot"]:
-            _plot(results, Path(o["plot"]))
+            plot_ttft(results, Path(o["plot"]))
 
     # --- the stack ----------------------------------------------------------------------------------------------
     def _run_own_stack(self, trace, policies: list[str], o: dict) -> list[dict]:  # noqa: ANN001
         from django.core.management import call_command
 
+        from tools.black_hole import BlackHole
         from tools.stack import Stack, free_port
         from triage.models import SchedulerSettings
         from triage.services.clients import api_client_create
         from triage.services.config import scheduler_settings_update
         from triage.services.dispatch import triage_task_pending_key
+        from triage.services.webhooks import api_client_set_webhook
 
         call_command("migrate", verbosity=0)
-        token = api_client_create(name=f"loadtest-{uuid.uuid4().hex[:8]}", throttle_rate="100000/min").token
+        issued = api_client_create(name=f"loadtest-{uuid.uuid4().hex[:8]}", throttle_rate="100000/min")
+        token = issued.token
         run = uuid.uuid4().hex[:8]
         # A Celery queue of this run's own: another worker on the same Redis must not take its calls.
         queue = f"triage-loadtest-{run}"
         env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1",
                    TRIAGE_CELERY_QUEUE=queue)
+        webhook_modes = [m.strip() for m in o["webhooks"].split(",") if m.strip()]
+        if set(webhook_modes) - {"none", "black-hole"}:
+            raise CommandError(f"--webhooks {o['webhooks']}: expected none, black-hole or both")
+        black_hole = BlackHole() if "black-hole" in webhook_modes else None
+        if black_hole is not None:
+            env["TRIAGE_WEBHOOK_ALLOW_PRIVATE_NETWORKS"] = "1"  # the receiver is on loopback
         stack = Stack(env=env, log_dir=Path(settings.VAR_DIR) / "logs" / "loadtest")
         port = free_port()
         results = []
@@ -210,9 +161,11 @@ class Command(BaseCommand):
             stack.start_web(port)
             vllm = o["backend"] == "vllm"
             routings = [r.strip() for r in o["routing"].split(",") if r.strip()]
-            runs = [(p, s, r) for p in policies for s in o["surge_control"].split(",")
-                    for r in (routings if vllm and p == "semantic" else routings[:1])]
-            for policy, surge, routing in runs:
+            runs = [(p, s, r, w) for p in policies for s in o["surge_control"].split(",")
+                    for r in (routings if vllm and p == "semantic" else routings[:1]) for w in webhook_modes]
+            for policy, surge, routing, webhooks in runs:
+                api_client_set_webhook(client=issued.client, actor=LOADTEST_ACTOR,
+                                       url=black_hole.url if webhooks == "black-hole" else "")
                 # With vLLM the stored policy only orders the classifier's backlog: arrival order for vLLM's
                 # FCFS, by urgency otherwise, so the comparison isolates the LLM stage.
                 stored = ("fcfs" if policy == "fcfs" else "semantic") if vllm else policy
@@ -239,8 +192,12 @@ class Command(BaseCommand):
                     label = f"{label}, surge control {surge}"
                 if len(routings) > 1 and vllm and policy == "semantic":
                     label = f"{label}, {routing}"
+                if len(webhook_modes) > 1:
+                    label = f"{label}, webhooks {webhooks}"
                 results.append(summarise(label, ids, since=started))
-                results[-1].update(backend=o["backend"], replicas=len(urls) or 1,
+                if webhooks == "black-hole":  # connections it has held so far (this run's and earlier ones')
+                    results[-1]["black_hole_connections"] = black_hole.accepted
+                results[-1].update(backend=o["backend"], replicas=len(urls) or 1, webhooks=webhooks,
                                    model=o["model"] or env.get("INFERENCE_MODEL", settings.TRIAGE["INFERENCE_MODEL"]))
                 if vllm:
                     results[-1]["routing"] = routing if policy == "semantic" else "least-loaded"
@@ -249,6 +206,8 @@ class Command(BaseCommand):
                 self.stderr.write(f"{label}: {results[-1]['completed']}/{len(ids)} calls done")
         finally:
             stack.stop_all()
+            if black_hole is not None:
+                black_hole.close()
             signal.signal(signal.SIGTERM, previous)
             _delete_keys(f"triage:loadtest:{run}:*", queue, triage_task_pending_key(queue))
             scheduler_settings_update(actor=LOADTEST_ACTOR, policy=configured)
@@ -351,43 +310,8 @@ def _wait_for_engine(since: float, timeout_s: float) -> None:
     raise CommandError(f"the inference worker did not come up within {timeout_s:.0f} s (see var/logs/loadtest/)")
 
 
-def _p(values: list[float], q: float) -> float | None:
-    value = percentile(values, q)
-    return None if value is None else round(value, 4)
-
-
 def _f(x: float | None) -> str:
     return f"{x:9.3f}" if x is not None else "        -"
-
-
-def _ratios(r: dict, fcfs: dict) -> dict:
-    out = {}
-    for level, s in r["by_esi"].items():
-        base = fcfs["by_esi"][level]
-        if s["ttft_p50"] and base["ttft_p50"]:
-            out[f"esi{level}_ttft_p50"] = round(s["ttft_p50"] / base["ttft_p50"], 3)
-    if r["throughput_tokens_per_s"] and fcfs["throughput_tokens_per_s"]:
-        out["throughput"] = round(r["throughput_tokens_per_s"] / fcfs["throughput_tokens_per_s"], 3)
-    return out
-
-
-def _plot(results: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    width = 0.8 / max(1, len(results))
-    for i, r in enumerate(results):
-        xs = [int(level) + i * width for level in r["by_esi"]]
-        ax.bar(xs, [s["ttft_p50"] or 0 for s in r["by_esi"].values()], width=width, label=r["policy"])
-    ax.set_xlabel("ESI level")
-    ax.set_ylabel("TTFT p50 (s)")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path)
-    print(f"plot written to {path}", file=sys.stderr)
 
 
 def _interrupt(signum: int, frame: object) -> None:
