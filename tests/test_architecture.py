@@ -30,7 +30,7 @@ MAX_LINES = 400
 # processes publish what they are given and read no rows; the entry points (HTTP, sockets, tasks, admin, the
 # board feed, commands) sit on top.
 TRIAGE_LAYERS: list[tuple[str, ...]] = [
-    ("triage.models", "triage.call_status", "triage.audit_actions", "triage.contracts", "triage.roles", "triage.redis_clients", "triage.metrics",
+    ("triage.models", "triage.call_status", "triage.decision_points", "triage.dispatch_priority", "triage.audit_actions", "triage.contracts", "triage.roles", "triage.redis_clients", "triage.metrics",
      "triage.api_tokens", "triage.migrations"),
     ("triage.streams", "triage.realtime"),
     ("triage.selectors",),

@@ -19,7 +19,15 @@ from django.utils.html import format_html
 
 from judgment.protocols import load_library
 from scheduler.settings_on_vllm import SCHEDULER_SETTINGS, TIER_SETTINGS, OnVllm, not_applying_note
-from triage.models import ESI_LEVELS, ApiClient, AuditEvent, SchedulerSettings, Tier, WebhookDelivery
+from triage.models import (
+    ESI_LEVELS,
+    ApiClient,
+    AuditEvent,
+    DispatchPriorityRule,
+    SchedulerSettings,
+    Tier,
+    WebhookDelivery,
+)
 from triage.roles import is_admin, is_supervisor
 from triage.services.clients import api_client_create, api_client_deactivate, api_client_rotate
 from triage.services.config import (
@@ -30,6 +38,7 @@ from triage.services.config import (
     tier_delete,
     tier_update,
 )
+from triage.services.dispatch_priorities import dispatch_rule_delete, dispatch_rule_save
 from triage.services.errors import DomainError
 from triage.services.webhooks import api_client_rotate_webhook_secret, api_client_set_webhook
 
@@ -166,6 +175,30 @@ class TierAdmin(RoleAdmin):
     def delete_queryset(self, request: HttpRequest, queryset: object) -> None:
         for tier in list(queryset):
             tier_delete(tier=tier, actor=request.user)
+
+
+@admin.register(DispatchPriorityRule)
+class DispatchPriorityRuleAdmin(RoleAdmin):
+    """The centre's priority code, response mode and units by ESI level (triage/dispatch_priority.py)."""
+
+    list_display = ("esi_level", "decision_point", "protocol", "priority_code", "response_mode", "units")
+    list_filter = ("esi_level", "response_mode")
+    fields = (("esi_level", "decision_point", "protocol"), ("priority_code", "response_mode"), "resources", "note")
+
+    @admin.display(description="Units")
+    def units(self, obj: DispatchPriorityRule) -> str:
+        return ", ".join(f"{r['count']} {r['unit']}{' (lights and sirens)' if r['lights_and_sirens'] else ''}"
+                         for r in obj.resources) or "none"
+
+    def save_model(self, request: HttpRequest, obj: DispatchPriorityRule, form: forms.ModelForm, change: bool) -> None:
+        dispatch_rule_save(rule=obj, actor=request.user)
+
+    def delete_model(self, request: HttpRequest, obj: DispatchPriorityRule) -> None:
+        dispatch_rule_delete(rule=obj, actor=request.user)
+
+    def delete_queryset(self, request: HttpRequest, queryset: object) -> None:
+        for rule in list(queryset):
+            dispatch_rule_delete(rule=rule, actor=request.user)
 
 
 # --- scheduler settings (a singleton) ----------------------------------------------------------------

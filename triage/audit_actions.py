@@ -32,6 +32,8 @@ class AuditAction(models.TextChoices):
     TIER_CREATED = "tier.created"
     TIER_UPDATED = "tier.updated"
     TIER_DELETED = "tier.deleted"
+    DISPATCH_RULE_SAVED = "dispatch_rule.saved"
+    DISPATCH_RULE_DELETED = "dispatch_rule.deleted"
 
     @classmethod
     def entered(cls, status: str) -> AuditAction:

@@ -20,6 +20,8 @@ from triage.call_status import (  # noqa: F401 - re-exported: most modules look 
     TO_CLOSE_STATUSES,
     CallStatus,
 )
+from triage.decision_points import DecisionPoint
+from triage.dispatch_priority import ResponseMode, validate_protocol_id, validate_resources
 
 ESI_VALIDATORS = [MinValueValidator(min(ESI_LEVELS)), MaxValueValidator(max(ESI_LEVELS))]
 
@@ -238,16 +240,6 @@ class Call(models.Model):
         return self.status in ACTIVE_STATUSES
 
 
-class DecisionPoint(models.TextChoices):
-    """The ESI decision point that decided a level (ESI handbook): A life-saving intervention, B high risk,
-    C resources, D danger-zone vitals."""
-
-    A = "A", "A: life-saving intervention"
-    B = "B", "B: high-risk situation"
-    C = "C", "C: resources"
-    D = "D", "D: danger-zone vitals"
-
-
 class TriageAssessment(models.Model):
     """The classifiers' verdict on a call, why, and a dispatcher's override of it."""
 
@@ -303,6 +295,28 @@ class TriageAssessment(models.Model):
     def awaiting_confirmation(self) -> bool:
         """Uncertain between two levels, and no dispatcher has confirmed one or overridden the level yet."""
         return self.alternative_esi is not None and self.level_confirmed_at is None and self.override_esi is None
+
+
+class DispatchPriorityRule(models.Model):
+    """The centre's priority, response mode and units for calls of an ESI level, optionally narrowed to the
+    decision point that set it and the protocol (the most specific rule wins: triage/dispatch_priority.py)."""
+
+    esi_level = models.PositiveSmallIntegerField(validators=ESI_VALIDATORS)
+    decision_point = models.CharField(max_length=1, choices=DecisionPoint.choices, blank=True, help_text="Empty: any")
+    protocol = models.CharField(max_length=40, blank=True, validators=[validate_protocol_id],
+                                help_text="A protocol id (fixtures/guidance/protocols/, e.g. cardiac_arrest); empty: any")
+    priority_code = models.CharField(max_length=20, help_text="The CAD's own priority, e.g. 1, P2, Echo")
+    response_mode = models.CharField(max_length=4, choices=ResponseMode.choices)
+    resources = models.JSONField(default=list, blank=True, validators=[validate_resources],
+                                 help_text='Units to send, e.g. [{"unit": "ALS", "count": 1, "lights_and_sirens": true}]')
+    note = models.CharField(max_length=300, blank=True, help_text="Why, and on whose authority (the medical director)")
+
+    class Meta:
+        ordering = ["esi_level", "decision_point", "protocol"]
+        constraints = [models.UniqueConstraint(fields=["esi_level", "decision_point", "protocol"], name="one_dispatch_rule_per_key")]
+
+    def __str__(self) -> str:
+        return f"ESI {self.esi_level} {self.decision_point or '*'} {self.protocol or '*'}: {self.priority_code}"
 
 
 class AuditEventQuerySet(models.QuerySet):

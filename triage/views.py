@@ -32,6 +32,7 @@ from triage.forms import (
 )
 from triage.models import FINAL_STATUSES, SWITCHABLE_STATUSES, Call, CallStatus
 from triage.roles import has_any_role, is_dispatcher, is_supervisor
+from triage.selectors.dispatch_priorities import call_dispatch_priority
 from triage.selectors.queue import board_vocabulary, is_live, protocol_choices, protocol_state
 from triage.services.board import call_acknowledge, call_close
 from triage.services.calls import call_cancel
@@ -53,6 +54,7 @@ def _call_context(request: HttpRequest, call: Call) -> dict:
         "call": call,
         "assessment": getattr(call, "assessment", None),  # None when not triaged yet
         "protocol": protocol_state(getattr(call, "assessment", None)),
+        "dispatch_priority": call_dispatch_priority(call),
         "live": is_live(call),
         "can_act": is_dispatcher(request.user),
         "can_override": call.status not in FINAL_STATUSES,

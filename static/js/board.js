@@ -196,7 +196,17 @@ function esiBadge(call, now) {
   const off = call.off_protocol ? " <span class=\"off-protocol-badge\" title=\"The model said something the protocol does not: its guidance was replaced by the protocol's own text\">off-protocol</span>" : "";
   const aged = effectiveLevel(call, now);
   const agedNote = aged < call.level ? ` <span class="aged" title="Waiting moved it up: queued as ESI ${aged}">→ ${aged}</span>` : "";
-  return `<span class="esi esi-${call.level}">ESI ${call.level}</span>${agedNote}${point}${unsure}${held}${off}${note}`;
+  return `<span class="esi esi-${call.level}">ESI ${call.level}</span>${agedNote}${point}${dispatchHtml(call)}${unsure}${held}${off}${note}`;
+}
+
+// The centre's own terms beside the ESI: its priority code and response mode, the units in the tooltip.
+function dispatchHtml(call) {
+  const d = call.dispatch_priority;
+  if (!d) return "";
+  const units = d.resources.length
+    ? d.resources.map((r) => `${r.count} ${r.unit}${r.lights_and_sirens ? " (lights and sirens)" : ""}`).join(", ")
+    : "no vehicle";
+  return `<br><span class="dispatch-priority response-${esc(d.response_mode)}" title="Dispatch priority ${esc(d.priority_code)}, ${esc(d.response_mode)}: ${esc(units)}">P${esc(d.priority_code)} · ${esc(d.response_mode)}</span>`;
 }
 
 function reasonsHtml(call) {

@@ -19,6 +19,7 @@ from judgment.protocols import UNCLEAR, ProtocolLibrary, load_library
 from scheduler.config import ESI_LEVELS, SchedulerConfig
 from scheduler.metrics import meets_slo, percentile, slo_attainment, slo_targets
 from scheduler.policies.aging import effective_level, level_changes
+from triage.dispatch_priority import DispatchPriorityTable
 from triage.models import (
     ACTIVE_STATUSES,
     TO_CLOSE_STATUSES,
@@ -29,6 +30,7 @@ from triage.models import (
     TriageAssessment,
 )
 from triage.redis_clients import ENGINE_METRICS_KEY, ENGINE_METRICS_STALE_S, redis_text_client
+from triage.selectors.dispatch_priorities import call_dispatch_priority, dispatch_priority_table
 from triage.selectors.scheduler import scheduler_config_load
 
 METRICS_WINDOW_S = 600  # the sliding window for waiting-time percentiles and SLO attainment
@@ -115,10 +117,12 @@ def call_state(
     *,
     config: SchedulerConfig | None = None,
     now: dt.datetime | None = None,
+    dispatch_table: DispatchPriorityTable | None = None,
 ) -> dict:
     """One call as the board shows it (the ``call`` payload of snapshots and ``call.updated``); ``call_states``
-    passes the protocol library and the scheduler configuration loaded once for the whole batch."""
+    passes the protocol library, the scheduler configuration and the dispatch table loaded once for the batch."""
     assessment = getattr(call, "assessment", None)  # the reverse one-to-one's error is an AttributeError
+    priority = call_dispatch_priority(call, table=dispatch_table)
     summary = " ".join(call.transcript.split())
     if len(summary) > SUMMARY_CHARS:
         summary = summary[: SUMMARY_CHARS - 1] + "…"
@@ -137,6 +141,7 @@ def call_state(
         # held at the more urgent of the two levels an uncertain verdict named, until a dispatcher confirms one
         "held": bool(assessment and assessment.awaiting_confirmation and call.level != assessment.predicted_esi),
         "protocol": protocol_state(assessment, library),
+        "dispatch_priority": priority.as_dict() if priority is not None else None,
         "off_protocol": call.off_protocol_sentences > 0,
         "tier_id": call.tier_id,
         "preemption_count": call.preemption_count,
@@ -154,8 +159,8 @@ def call_state(
 def call_states(call_ids: Iterable[int]) -> dict[int, dict]:
     """``call_state`` for each existing call among ``call_ids`` (missing ids are simply absent)."""
     calls = Call.objects.filter(pk__in=list(call_ids)).select_related("tier", "assessment", "acknowledged_by")
-    library, config, now = load_library(), scheduler_config_load(), timezone.now()
-    return {c.pk: call_state(c, library, config=config, now=now) for c in calls}
+    library, config, now, table = load_library(), scheduler_config_load(), timezone.now(), dispatch_priority_table()
+    return {c.pk: call_state(c, library, config=config, now=now, dispatch_table=table) for c in calls}
 
 
 def tier_state(tier: Tier) -> dict:

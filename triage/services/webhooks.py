@@ -47,7 +47,9 @@ from django.urls import reverse
 from django.utils import timezone
 from standardwebhooks import Webhook
 
+from triage.dispatch_priority import DispatchPriorityTable
 from triage.models import ApiClient, AuditAction, Call, CallStatus, WebhookDelivery
+from triage.selectors.dispatch_priorities import call_dispatch_priority, dispatch_priority_table
 
 from .audit import Actor, audit_record
 from .errors import field_error
@@ -115,8 +117,11 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
-def webhook_payload(*, call: Call, event: str, event_id: str, occurred_at: datetime) -> dict[str, Any]:
-    """The JSON body of an event: what the call looks like in the transaction that caused it."""
+def webhook_payload(*, call: Call, event: str, event_id: str, occurred_at: datetime,
+                    dispatch_table: DispatchPriorityTable | None = None) -> dict[str, Any]:
+    """The JSON body of an event: what the call looks like in the transaction that caused it, with the centre's
+    dispatch priority for it (``dispatch_table``: the table read once for a batch of calls)."""
+    priority = call_dispatch_priority(call, table=dispatch_table)
     data: dict[str, Any] = {
         "id": call.pk,
         "external_id": call.external_id,
@@ -127,6 +132,7 @@ def webhook_payload(*, call: Call, event: str, event_id: str, occurred_at: datet
         "triaged_at": _iso(call.triaged_at),
         "url": reverse("api-call-detail", args=[call.pk]),
         "stream_url": reverse("api-call-stream", args=[call.pk]),
+        "dispatch_priority": priority.as_dict() if priority is not None else None,
     }
     if event == WEBHOOK_EVENTS[CallStatus.DONE]:
         data.update(done_at=_iso(call.done_at), guidance=call.guidance,
@@ -147,10 +153,11 @@ def calls_webhook_on_commit(calls: Sequence[Call], *, status: str) -> None:
         ApiClient.objects.filter(pk__in=client_ids, is_active=True).exclude(webhook_url="").values_list("pk", flat=True)
     )
     now = timezone.now()
+    table = dispatch_priority_table()
     for call in calls:
         if call.client_id in hooked:
             event_id = str(uuid.uuid4())
-            payload = webhook_payload(call=call, event=event, event_id=event_id, occurred_at=now)
+            payload = webhook_payload(call=call, event=event, event_id=event_id, occurred_at=now, dispatch_table=table)
             transaction.on_commit(partial(webhook_send, client_id=call.client_id, call_id=call.pk, payload=payload))
 
 

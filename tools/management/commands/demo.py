@@ -113,13 +113,16 @@ class Command(BaseCommand):
         stack.start_inference()
 
     def _prepare(self) -> None:
-        from triage.models import Tier
+        from triage.models import DispatchPriorityRule, Tier
 
         call_command("migrate", verbosity=0)
         if not settings.DEBUG:  # `DJANGO_DEBUG=0 manage.py demo`: WhiteNoise serves the collected files only
             call_command("collectstatic", interactive=False, verbosity=0)
         if not Tier.objects.exists():
             call_command("loaddata", str(Path(settings.BASE_DIR) / "fixtures" / "default_tiers.json"), verbosity=0)
+        if not DispatchPriorityRule.objects.exists():
+            call_command("loaddata", str(Path(settings.BASE_DIR) / "fixtures" / "default_dispatch_priorities.json"),
+                         verbosity=0)
         call_command("seed_demo_users", verbosity=0)
         if not Path(settings.TRIAGE["INFERENCE_MODEL"]).exists() or not Path(settings.TRIAGE["PREDICTORS_DIR"]).exists():
             self.stdout.write("building the models (first run only)…")
