@@ -146,8 +146,9 @@ class Stack:
         queue = self.env.get("TRIAGE_CELERY_QUEUE", "triage")
         self.start("celery", [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", queue,
                               "-c", str(concurrency), "--loglevel", "INFO", "--without-gossip", "--without-mingle"])
-        # webhook deliveries on their own queue and threads, as compose's `webhooks` service runs them
-        self.start("webhooks", [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", f"{queue}.webhooks",
+        # webhook deliveries on their own queue and threads, as compose's `webhooks` service runs them, niced:
+        # where they share CPU cores with classification, a delivery may wait, a call's triage may not
+        self.start("webhooks", ["nice", "-n", "10", sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", f"{queue}.webhooks",
                                 "--pool", "threads", "-c", "4", "-n", "webhooks@%h", "--loglevel", "INFO",
                                 "--without-gossip", "--without-mingle"])
         if beat:
