@@ -299,6 +299,8 @@ TRIAGE = {
     # GET /api/v1/calls/<id>/stream: a keep-alive comment (and a check that the call has not ended) after this
     # many seconds without a token; proxies tend to close idle connections after 30-60 s.
     "STREAM_KEEPALIVE_S": float(os.environ.get("TRIAGE_STREAM_KEEPALIVE_S", "15")),
+    # How long a signed stream URL (GET calls/<id>/stream-url, for a browser's EventSource) may be opened
+    "STREAM_URL_TTL_S": float(os.environ.get("TRIAGE_STREAM_URL_TTL_S", "600")),
     # Webhooks (triage/services/webhooks.py): a POST waits this long for an answer; a failed one is tried
     # again after BACKOFF_S, 2x, 4x, ... (at most BACKOFF_MAX_S), MAX_ATTEMPTS attempts in all (6: ~5 min).
     "WEBHOOK_TIMEOUT_S": float(os.environ.get("TRIAGE_WEBHOOK_TIMEOUT_S", "5")),

@@ -1,10 +1,13 @@
-"""``Authorization: Bearer <token>`` for call-handling systems (one token per ApiClient)."""
+"""``Authorization: Bearer <token>`` for call-handling systems (one token per ApiClient), and the signed stream
+URL a browser's ``EventSource`` opens instead (it cannot send ``Authorization``)."""
 
 from __future__ import annotations
 
 import time
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core import signing
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
@@ -12,7 +15,7 @@ from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.request import Request
 
 from triage.models import ApiClient
-from triage.selectors.clients import api_client_for_token
+from triage.selectors.clients import api_client_active, api_client_for_token
 
 # token -> (expires at, client). Saves a query per intake request; a rotated or deactivated token keeps
 # working in a process for at most API_TOKEN_CACHE_S (0 disables the cache). Invalid tokens are not cached.
@@ -67,3 +70,44 @@ class ApiClientTokenScheme(OpenApiAuthenticationExtension):
 
     def get_security_definition(self, auto_schema: object) -> dict[str, str]:
         return build_bearer_security_scheme_object(header_name="Authorization", token_prefix="Bearer")
+
+
+STREAM_URL_SALT = "triage.api.stream-url"
+STREAM_ACCESS_PARAM = "access"
+
+
+def stream_access_sign(*, call_id: int, client: ApiClient | None, user_id: int | None) -> str:
+    """The ``access`` value of a call's signed stream URL: who asked (an API client or a dashboard user) and for
+    which call, signed with the secret key and timestamped (valid for TRIAGE_STREAM_URL_TTL_S)."""
+    return signing.dumps({"call": call_id, "client": client.pk if client else None, "user": user_id},
+                         salt=STREAM_URL_SALT)
+
+
+class SignedStreamUrlAuthentication(BaseAuthentication):
+    """``?access=`` from ``GET calls/<id>/stream-url``: the holder reads that one call's stream as whoever asked
+    for the URL, while it is valid and they still are (an inactive client or user is refused)."""
+
+    def authenticate(self, request: Request) -> tuple[object, ApiClient | None] | None:
+        value = request.query_params.get(STREAM_ACCESS_PARAM)
+        if value is None:
+            return None
+        try:
+            granted = signing.loads(value, salt=STREAM_URL_SALT, max_age=settings.TRIAGE["STREAM_URL_TTL_S"])
+        except signing.SignatureExpired:
+            raise AuthenticationFailed("The stream URL has expired: ask for a new one (GET calls/<id>/stream-url).") from None
+        except signing.BadSignature:
+            raise AuthenticationFailed("Invalid stream URL.") from None
+        if str(granted.get("call")) != str(request.parser_context["kwargs"].get("call_id")):
+            raise AuthenticationFailed("This stream URL is for another call.")
+        if granted.get("client") is not None:
+            client = api_client_active(granted["client"])
+            if client is None:
+                raise AuthenticationFailed("Invalid or inactive token.")
+            return client, client
+        user = get_user_model().objects.filter(pk=granted.get("user"), is_active=True).first()
+        if user is None:
+            raise AuthenticationFailed("The user this stream URL was made for is inactive.")
+        return user, None
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="triage"'

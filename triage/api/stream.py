@@ -12,14 +12,22 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from datetime import timedelta
+from urllib.parse import urlencode
 
+from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.http import StreamingHttpResponse
+from django.urls import reverse
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.exceptions import APIException, ValidationError
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
+from rest_framework.response import Response
 
 from triage.selectors.guidance_events import (
     STREAM_ID,
@@ -28,6 +36,12 @@ from triage.selectors.guidance_events import (
     release_database_connection,
 )
 
+from .authentication import (
+    STREAM_ACCESS_PARAM,
+    ApiClientTokenAuthentication,
+    SignedStreamUrlAuthentication,
+    stream_access_sign,
+)
 from .calls import CALL_ID, READ, ApiView, _errors
 
 EVENT_STREAM = "text/event-stream"
@@ -76,6 +90,7 @@ class StreamNeedsAsgi(APIException):
 class CallStreamApi(ApiView):
     """GET /api/v1/calls/<id>/stream — the guidance so far, then each new token, then ``done``."""
 
+    authentication_classes = [SignedStreamUrlAuthentication, ApiClientTokenAuthentication, SessionAuthentication]
     access = {"GET": READ}
 
     def perform_content_negotiation(self, request: Request, force: bool = False) -> tuple[JSONRenderer, str]:
@@ -85,7 +100,9 @@ class CallStreamApi(ApiView):
 
     @extend_schema(
         operation_id="calls_stream",
-        parameters=[CALL_ID, LAST_EVENT_ID],
+        parameters=[CALL_ID, LAST_EVENT_ID, OpenApiParameter(
+            STREAM_ACCESS_PARAM, str, OpenApiParameter.QUERY, required=False,
+            description="The signed access from GET calls/<id>/stream-url, instead of Authorization (EventSource)")],
         responses={
             (200, EVENT_STREAM): OpenApiResponse(OpenApiTypes.STR, description=STREAM_DESCRIPTION),
             **_errors(421),
@@ -103,4 +120,31 @@ class CallStreamApi(ApiView):
         response = StreamingHttpResponse(_event_stream(call.pk, after_id), content_type=EVENT_STREAM)
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # nginx: pass each event on at once
+        if STREAM_ACCESS_PARAM in request.query_params:
+            # A browser CAD on its own origin: the signed URL is the credential (no cookie is sent or needed)
+            response["Access-Control-Allow-Origin"] = "*"
         return response
+
+
+class CallStreamUrlApi(ApiView):
+    """GET /api/v1/calls/<id>/stream-url — a signed, short-lived address of the call's stream for a browser:
+    ``EventSource`` cannot send ``Authorization``."""
+
+    access = {"GET": READ}
+
+    class OutputSerializer(serializers.Serializer):
+        url = serializers.URLField(help_text="The stream's absolute URL with its signed `access`; open it as is")
+        expires_at = serializers.DateTimeField(help_text="Open (or reopen) it before this; then ask again")
+
+    @extend_schema(operation_id="calls_stream_url", parameters=[CALL_ID],
+                   responses={200: OutputSerializer, **_errors()})
+    def get(self, request: Request, call_id: str) -> Response:
+        """A signed URL of the call's guidance stream, valid for TRIAGE_STREAM_URL_TTL_S."""
+        call = self.get_call(call_id)
+        client = request.auth if request.auth is not None and request.auth == request.user else None
+        access = stream_access_sign(call_id=call.pk, client=client,
+                                    user_id=None if client is not None else request.user.pk)
+        url = request.build_absolute_uri(reverse("api-call-stream", args=[call.pk]) + "?" +
+                                         urlencode({STREAM_ACCESS_PARAM: access}))
+        ttl = timedelta(seconds=settings.TRIAGE["STREAM_URL_TTL_S"])
+        return Response(CallStreamUrlApi.OutputSerializer({"url": url, "expires_at": timezone.now() + ttl}).data)

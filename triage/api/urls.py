@@ -2,7 +2,7 @@ from django.urls import path
 
 # <str:…>, not <int:…>: a malformed id must get the API's JSON 404, not Django's HTML one.
 from .calls import CallCancelApi, CallCollectionApi, CallItemApi, CallRetryApi
-from .stream import CallStreamApi
+from .stream import CallStreamApi, CallStreamUrlApi
 
 urlpatterns = [
     path("calls/", CallCollectionApi.as_view(), name="api-calls"),
@@ -11,4 +11,5 @@ urlpatterns = [
     path("calls/<str:call_id>/retry/", CallRetryApi.as_view(), name="api-call-retry"),
     # no trailing slash: the address EventSource clients are given (docs/call-systems.md)
     path("calls/<str:call_id>/stream", CallStreamApi.as_view(), name="api-call-stream"),
+    path("calls/<str:call_id>/stream-url", CallStreamUrlApi.as_view(), name="api-call-stream-url"),
 ]

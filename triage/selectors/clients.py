@@ -17,3 +17,7 @@ def api_client_for_token(token: str) -> ApiClient | None:
     if client is None or not hmac.compare_digest(client.token_hash, token_hash(token)):
         return None
     return client
+
+
+def api_client_active(pk: int) -> ApiClient | None:
+    return ApiClient.objects.filter(pk=pk, is_active=True).first()

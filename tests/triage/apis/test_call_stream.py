@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
@@ -267,3 +268,50 @@ def test_daphne_streams_the_guidance_to_a_plain_http_client(transactional_db, bo
         conn.close()
     finally:
         realtime.redis_text_client().delete(key)
+
+
+# --- the signed stream URL, for a browser's EventSource (it cannot send Authorization) ---------------------
+
+
+def _signed_path(api, call_id: int) -> str:
+    from urllib.parse import urlsplit
+
+    answer = api.get(f"/api/v1/calls/{call_id}/stream-url")
+    assert answer.status_code == 200, answer.content
+    url = urlsplit(answer.json()["url"])
+    assert url.scheme and url.netloc and answer.json()["expires_at"]  # absolute, as an EventSource elsewhere needs
+    return f"{url.path}?{url.query}"
+
+
+async def test_a_signed_stream_url_opens_the_stream_without_authorization_from_any_origin(stream_call, api):
+    path = await sync_to_async(_signed_path)(api, stream_call.pk)
+    await publish_tokens([(stream_call.pk, 0, "Is he breathing?")])
+    response = await AsyncClient().get(path, headers={"Accept": "text/event-stream", "Origin": "https://cad.example"})
+    assert response.status_code == 200 and response["Content-Type"] == "text/event-stream"
+    assert response["Access-Control-Allow-Origin"] == "*"  # the signature is the credential, no cookie
+    replay = await SseReader(response).next()
+    assert (replay.event, replay.data["text"]) == ("replay", "Is he breathing?")
+    await sync_to_async(connections.close_all)()
+
+
+@pytest.mark.django_db
+def test_a_signed_stream_url_is_refused_tampered_for_another_call_expired_or_once_its_client_is_inactive(
+        redis_conn, client_and_token, api, settings):
+    from triage.services.clients import api_client_deactivate
+
+    call, other = make_call(client=client_and_token[0]), make_call(client=client_and_token[0])
+    path = _signed_path(api, call.pk)
+
+    def refused(address: str) -> str:
+        answer = APIClient().get(address, HTTP_ACCEPT="text/event-stream")
+        assert answer.status_code == 401 and answer["Content-Type"] == "application/json", answer.content
+        return answer.json()["error"]["message"]
+
+    assert "Invalid stream URL" in refused(path[:-3] + "abc")
+    assert "another call" in refused(path.replace(f"/calls/{call.pk}/", f"/calls/{other.pk}/"))
+    settings.TRIAGE = {**settings.TRIAGE, "STREAM_URL_TTL_S": 0.0}
+    time.sleep(1.1)
+    assert "expired" in refused(path)
+    settings.TRIAGE = {**settings.TRIAGE, "STREAM_URL_TTL_S": 600.0}
+    api_client_deactivate(client=client_and_token[0], actor="system:test")
+    assert "inactive" in refused(path)
