@@ -182,6 +182,16 @@ def test_through_the_proxy_a_call_streams_token_by_token_while_50_streams_are_op
         assert urgent.kinds()[-1] == "done" and urgent.events[-1][2]["status"] == "done", urgent.kinds()
         assert len(tokens) >= 2
         assert tokens[-1] - tokens[0] > 0.02  # tokens arrived as generated, not buffered into one write
+
+        # a browser's way in: the intake signs an absolute https URL of the proxy, opened without Authorization
+        conn = _connection(port, context)
+        conn.request("GET", f"/api/v1/calls/{urgent.call_id}/stream-url", headers={"Authorization": f"Bearer {token}"})
+        signed = json.loads(conn.getresponse().read())["url"]
+        assert signed.startswith(f"https://127.0.0.1:{port}/api/v1/calls/{urgent.call_id}/stream?access="), signed
+        conn = _connection(port, context)
+        conn.request("GET", signed.removeprefix(f"https://127.0.0.1:{port}"))
+        response = conn.getresponse()
+        assert response.status == 200 and b"event: replay" in response.read()
     finally:
         if engine is not None:
             with contextlib.suppress(psutil.NoSuchProcess):
