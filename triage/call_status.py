@@ -62,3 +62,38 @@ STATUS_TIMESTAMP_FIELD = {
     CallStatus.FAILED: "failed_at",
     CallStatus.CANCELLED: "cancelled_at",
 }
+
+
+class Lifecycle(models.TextChoices):
+    """The public lifecycle a call system codes against: stable whatever the scheduler's states become (the
+    engine's ``CallStatus`` is reported beside it as a diagnostic)."""
+
+    RECEIVED = "received"  # stored, not classified yet
+    TRIAGED = "triaged"  # classified; waiting for its guidance
+    GUIDANCE_STREAMING = "guidance_streaming"  # being generated (paused by a more urgent call included)
+    GUIDANCE_READY = "guidance_ready"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    CLOSED = "closed"  # a dispatcher closed the call with an outcome
+
+
+LIFECYCLE_OF_STATUS: dict[str, Lifecycle] = {
+    CallStatus.RECEIVED: Lifecycle.RECEIVED,
+    CallStatus.TRIAGED: Lifecycle.TRIAGED,
+    CallStatus.QUEUED: Lifecycle.TRIAGED,
+    CallStatus.PREFILLING: Lifecycle.GUIDANCE_STREAMING,
+    CallStatus.DECODING: Lifecycle.GUIDANCE_STREAMING,
+    CallStatus.PREEMPTED: Lifecycle.GUIDANCE_STREAMING,
+    CallStatus.DONE: Lifecycle.GUIDANCE_READY,
+    CallStatus.FAILED: Lifecycle.FAILED,
+    CallStatus.CANCELLED: Lifecycle.CANCELLED,
+}
+
+
+def lifecycle_of(status: str, *, closed: bool) -> Lifecycle:
+    return Lifecycle.CLOSED if closed else LIFECYCLE_OF_STATUS[status]
+
+
+def statuses_of(lifecycle: str) -> list[str]:
+    """The engine states a public lifecycle stage covers (``closed`` is a flag on any final one)."""
+    return [status for status, stage in LIFECYCLE_OF_STATUS.items() if stage == lifecycle]

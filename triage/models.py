@@ -19,6 +19,8 @@ from triage.call_status import (  # noqa: F401 - re-exported: most modules look 
     SWITCHABLE_STATUSES,
     TO_CLOSE_STATUSES,
     CallStatus,
+    Lifecycle,
+    lifecycle_of,
 )
 from triage.decision_points import DecisionPoint
 from triage.dispatch_priority import ResponseMode, validate_protocol_id, validate_resources
@@ -238,6 +240,10 @@ class Call(models.Model):
     @property
     def is_active(self) -> bool:
         return self.status in ACTIVE_STATUSES
+
+    @property
+    def lifecycle(self) -> str:
+        return lifecycle_of(self.status, closed=self.closed_at is not None)
 
 
 class TriageAssessment(models.Model):

@@ -9,7 +9,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from triage.dispatch_priority import ResponseMode
-from triage.models import Call, CallStatus, DecisionPoint
+from triage.models import Call, CallStatus, DecisionPoint, Lifecycle
 from triage.selectors.dispatch_priorities import call_dispatch_priority, dispatch_priority_table
 
 
@@ -75,7 +75,10 @@ class CallOutputSerializer(serializers.Serializer):
 
     id = serializers.IntegerField()
     external_id = serializers.CharField()
-    status = serializers.ChoiceField(choices=CallStatus.choices)
+    lifecycle = serializers.ChoiceField(
+        choices=Lifecycle.choices, help_text="Where the call is, in stable public terms: integrate against this")
+    status = serializers.ChoiceField(
+        choices=CallStatus.choices, help_text="The engine's state, a diagnostic: its values follow the scheduler")
     esi = serializers.IntegerField(source="level", allow_null=True, help_text="Effective ESI (override included)")
     tier = serializers.CharField(source="tier.name", allow_null=True, default=None)
     received_at = serializers.DateTimeField()

@@ -30,7 +30,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from triage.models import ESI_LEVELS, ApiClient, Call, CallStatus
+from triage.models import ESI_LEVELS, ApiClient, Call, CallStatus, Lifecycle
 from triage.roles import has_any_role, is_dispatcher
 from triage.selectors.calls import call_get, call_list
 from triage.services.calls import call_cancel, call_create
@@ -162,7 +162,12 @@ class CallListApi(ApiView):
             child=serializers.ChoiceField(choices=ESI_LEVELS), required=False, max_length=len(ESI_LEVELS),
             help_text="Effective ESI level (override included)",
         )
+        lifecycle = serializers.ListField(
+            child=serializers.ChoiceField(choices=Lifecycle.choices), required=False, max_length=len(Lifecycle),
+            help_text="The public lifecycle stage (stable; `status` is the engine's diagnostic state)")
         since = serializers.DateTimeField(required=False, help_text="Calls received at or after this time")
+        updated_since = serializers.DateTimeField(
+            required=False, help_text="Calls created or changed at or after this time: reconcile after missed events")
         cursor = serializers.CharField(required=False, max_length=500)
         page_size = serializers.IntegerField(required=False, min_value=1, max_value=200)
 
@@ -175,11 +180,13 @@ class CallListApi(ApiView):
     @extend_schema(operation_id="calls_list", parameters=[FilterSerializer], responses={200: OutputSerializer, **_errors()})
     def get(self, request: Request) -> Response:
         """List calls, newest first, cursor-paginated; filters combine with AND."""
-        filters = CallListApi.FilterSerializer(data=query_params_as_dict(request, list_fields=("status", "esi")))
+        filters = CallListApi.FilterSerializer(
+            data=query_params_as_dict(request, list_fields=("status", "esi", "lifecycle")))
         filters.is_valid(raise_exception=True)
         data = filters.validated_data
         calls = call_list(
-            client=_client(request), statuses=data.get("status"), levels=data.get("esi"), since=data.get("since")
+            client=_client(request), statuses=data.get("status"), levels=data.get("esi"), since=data.get("since"),
+            lifecycles=data.get("lifecycle"), updated_since=data.get("updated_since"),
         )
         paginator = CallCursorPagination()
         page = paginator.paginate_queryset(calls, request, view=self)

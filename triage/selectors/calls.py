@@ -6,11 +6,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from inference.guidance.plan import GuidancePlan, guidance_prompt, plan_guidance
 from judgment.protocols import UNCLEAR, ProtocolLibrary, load_library
-from triage.models import FINAL_STATUSES, ApiClient, Call
+from triage.call_status import Lifecycle, statuses_of
+from triage.models import FINAL_STATUSES, ApiClient, AuditEvent, Call
 
 UNKNOWN_FAMILY = "unknown"  # the family read when a call has no protocol selection (assessed before selection)
 
@@ -31,11 +32,22 @@ def call_list(
     statuses: Iterable[str] | None = None,
     levels: Iterable[int] | None = None,
     since: datetime | None = None,
+    lifecycles: Iterable[str] | None = None,
+    updated_since: datetime | None = None,
 ) -> QuerySet[Call]:
-    """Calls, newest first, filtered by status, level (the dispatcher's override included) and ``received_at >= since``."""
+    """Calls, newest first, filtered by status, public lifecycle, level (the dispatcher's override included),
+    ``received_at >= since`` and changed at or after ``updated_since``: created then, or with an audit row since
+    (every change of a call is audited in its own transaction), for a client reconciling after missed events."""
     calls = _visible_calls(client)
     if statuses:
         calls = calls.filter(status__in=list(statuses))
+    if lifecycles:
+        wanted = set(lifecycles)
+        in_lifecycle = Q(status__in=[s for stage in wanted for s in statuses_of(stage)], closed_at__isnull=True)
+        calls = calls.filter(in_lifecycle | Q(closed_at__isnull=False) if Lifecycle.CLOSED in wanted else in_lifecycle)
+    if updated_since is not None:
+        changed = AuditEvent.objects.filter(created_at__gte=updated_since, call__isnull=False).values("call_id")
+        calls = calls.filter(Q(created_at__gte=updated_since) | Q(pk__in=changed))
     if levels:
         calls = calls.filter(level__in=list(levels))
     if since is not None:

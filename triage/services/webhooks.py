@@ -125,6 +125,7 @@ def webhook_payload(*, call: Call, event: str, event_id: str, occurred_at: datet
     data: dict[str, Any] = {
         "id": call.pk,
         "external_id": call.external_id,
+        "lifecycle": call.lifecycle,
         "status": call.status,
         "esi": call.level,
         "tier": call.tier.name if call.tier_id else None,

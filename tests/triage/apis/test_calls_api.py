@@ -2,7 +2,7 @@ import pytest
 
 from tests.fixtures.services import logged_in_api
 from tests.triage.factories import call_payload, make_call
-from triage.models import AuditEvent, Call
+from triage.models import AuditEvent, Call, CallStatus
 
 pytestmark = pytest.mark.django_db
 URL = "/api/v1/calls/"
@@ -167,3 +167,49 @@ def test_a_failed_call_is_retried_once_at_its_place_and_other_calls_are_refused(
     event = AuditEvent.objects.filter(call=triaged_call, to_status="queued").latest("created_at")
     assert event.actor == "client:cad-main" and event.data == {"reason": "retried"}
     assert logged_in_api(dispatcher).post(f"{URL}{triaged_call.pk}/retry/").status_code == 409
+
+
+# --- the public lifecycle and reconciling after missed events ------------------------------------------------
+
+
+def test_every_engine_state_has_one_public_lifecycle_stage_and_a_closed_call_is_closed():
+    from triage.call_status import LIFECYCLE_OF_STATUS, Lifecycle, lifecycle_of, statuses_of
+
+    assert set(LIFECYCLE_OF_STATUS) == set(CallStatus.values)
+    assert lifecycle_of(CallStatus.PREEMPTED, closed=False) == Lifecycle.GUIDANCE_STREAMING
+    assert lifecycle_of(CallStatus.QUEUED, closed=False) == Lifecycle.TRIAGED
+    assert lifecycle_of(CallStatus.DONE, closed=True) == Lifecycle.CLOSED
+    assert sorted(statuses_of(Lifecycle.GUIDANCE_STREAMING)) == ["decoding", "preempted", "prefilling"]
+
+
+@pytest.mark.django_db
+def test_the_api_reports_the_lifecycle_beside_the_engine_state_and_filters_by_it(api, client_and_token):
+    from triage.services.calls import call_transition
+
+    waiting = make_call(client=client_and_token[0])
+    streaming = make_call(client=client_and_token[0])
+    for step in (CallStatus.TRIAGED, CallStatus.QUEUED, CallStatus.DECODING, CallStatus.PREEMPTED):
+        call_transition(call=streaming, to_status=step, actor="system:test")
+    detail = api.get(f"/api/v1/calls/{streaming.pk}/").json()
+    assert (detail["lifecycle"], detail["status"]) == ("guidance_streaming", "preempted")
+    listed = api.get("/api/v1/calls/", {"lifecycle": ["guidance_streaming"]}).json()["results"]
+    assert [c["id"] for c in listed] == [streaming.pk]
+    assert [c["id"] for c in api.get("/api/v1/calls/", {"lifecycle": "received"}).json()["results"]] == [waiting.pk]
+    refused = api.get("/api/v1/calls/", {"lifecycle": "decoding"})
+    assert refused.status_code == 400 and "lifecycle.0" in refused.json()["error"]["fields"]
+
+
+@pytest.mark.django_db
+def test_updated_since_returns_the_calls_created_or_changed_since_for_a_client_that_missed_events(
+        api, client_and_token):
+    from django.utils import timezone
+
+    from triage.services.calls import call_transition
+
+    old, changed = make_call(client=client_and_token[0]), make_call(client=client_and_token[0])
+    mark = timezone.now()  # what the client saw last; then one call changes and another arrives
+    assert old.created_at < mark and AuditEvent.objects.filter(call=changed, created_at__gte=mark).count() == 0
+    call_transition(call=changed, to_status=CallStatus.TRIAGED, actor="system:test")
+    new = make_call(client=client_and_token[0])
+    answer = api.get("/api/v1/calls/", {"updated_since": mark.isoformat()}).json()["results"]
+    assert sorted(c["id"] for c in answer) == sorted([changed.pk, new.pk])
