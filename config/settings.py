@@ -220,6 +220,9 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SERVE_AUTHENTICATION": [],
     "COMPONENT_SPLIT_REQUEST": True,
+    # 3.1: the document declares the webhook events a call system receives (triage/api/webhook_schema.py)
+    "OAS_VERSION": "3.1.0",
+    "WEBHOOKS": "triage.api.webhook_schema.WEBHOOKS",
     # The docs pages work offline and leak nothing to a CDN: the UI bundles come from drf-spectacular-sidecar.
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

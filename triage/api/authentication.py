@@ -111,3 +111,14 @@ class SignedStreamUrlAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="triage"'
+
+
+class SignedStreamUrlScheme(OpenApiAuthenticationExtension):
+    """Documents the signed stream URL's ``access`` query parameter."""
+
+    target_class = SignedStreamUrlAuthentication
+    name = "signedStreamUrl"
+
+    def get_security_definition(self, auto_schema: object) -> dict[str, str]:
+        return {"type": "apiKey", "in": "query", "name": STREAM_ACCESS_PARAM,
+                "description": "From GET /api/v1/calls/{call_id}/stream-url; for an EventSource"}

@@ -15,6 +15,7 @@ from triage.roles import is_dispatcher
 
 from .audit import audit_record
 from .errors import Conflict, NotAllowed, field_error
+from .webhooks import WebhookEvent, calls_webhook_on_commit
 
 OUTCOME_MAX_CHARS = 200
 
@@ -36,6 +37,8 @@ def call_acknowledge(*, call: Call, user: object) -> Call:
         locked.save(update_fields=["acknowledged_at", "acknowledged_by"])
         audit_record(action=AuditAction.CALL_ACKNOWLEDGED, actor=user, call=locked, data={})
         call_changed_on_commit(locked.pk)
+        calls_webhook_on_commit([locked], event=WebhookEvent.ACKNOWLEDGED, details={
+            "acknowledged_at": locked.acknowledged_at.isoformat(), "by": user.get_username()})
     return locked
 
 
@@ -65,4 +68,6 @@ def call_close(*, call: Call, user: object, outcome: str) -> Call:
         locked.save(update_fields=["closed_at", "outcome"])
         audit_record(action=AuditAction.CALL_CLOSED, actor=user, call=locked, data={"outcome": outcome})
         call_changed_on_commit(locked.pk)
+        calls_webhook_on_commit([locked], event=WebhookEvent.CLOSED, details={
+            "closed_at": locked.closed_at.isoformat(), "outcome": outcome, "by": user.get_username()})
     return locked

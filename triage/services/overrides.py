@@ -16,6 +16,7 @@ from triage.streams import control_publish_on_commit
 from .assessments import tier_for_level
 from .audit import audit_record
 from .errors import Conflict, NotAllowed, field_error
+from .webhooks import WebhookEvent, calls_webhook_on_commit
 
 OVERRIDE_REASON_MAX_CHARS = 1000
 
@@ -54,6 +55,8 @@ def call_override_level(
                 "disputed_reason": disputed_reason, "decision_point": assessment.decision_point,
             },
         )
+        calls_webhook_on_commit([locked], event=WebhookEvent.LEVEL_CHANGED, details={
+            "from_esi": previous, "change": "override", "by": user.get_username(), "reason": assessment.override_reason})
     call.level, call.tier = locked.level, locked.tier
     return locked
 
@@ -85,6 +88,9 @@ def call_confirm_level(*, call: Call, level: int, user: AbstractBaseUser) -> Cal
             data={"from_level": previous, "to_level": level, "verdict": assessment.predicted_esi,
                   "alternative_esi": assessment.alternative_esi},
         )
+        if level != previous:
+            calls_webhook_on_commit([locked], event=WebhookEvent.LEVEL_CHANGED, details={
+                "from_esi": previous, "change": "confirmation", "by": user.get_username(), "reason": ""})
     call.level, call.tier = locked.level, locked.tier
     return locked
 

@@ -30,6 +30,7 @@ from triage.streams import control_publish_on_commit
 from .audit import audit_record
 from .errors import Conflict, NotAllowed, field_error
 from .recovery import call_requeue
+from .webhooks import WebhookEvent, calls_webhook_on_commit
 
 
 def call_switch_protocol(*, call: Call, protocol: str, user: AbstractBaseUser) -> Call:
@@ -65,6 +66,8 @@ def call_switch_protocol(*, call: Call, protocol: str, user: AbstractBaseUser) -
         )
         _regenerate(locked, user)
         call_changed_on_commit(locked.pk)
+        calls_webhook_on_commit([locked], event=WebhookEvent.PROTOCOL_SWITCHED, details={
+            "protocol": chosen.id, "from_protocol": previous, "by": user.get_username()})
     call.status, call.guidance_generation = locked.status, locked.guidance_generation
     return locked
 

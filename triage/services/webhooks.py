@@ -1,10 +1,11 @@
-"""Webhooks: a call system hears that its call was triaged, is done or failed, without polling
-(docs/call-systems.md).
+"""Webhooks: a call system hears what happens to its call without polling (docs/call-systems.md): triaged,
+its level changed by a dispatcher, its protocol switched, guidance done or failed, cancelled, acknowledged,
+closed (``WebhookEvent``).
 
 * An API client may have a ``webhook_url`` (http or https) and always has a signing secret, drawn when the
   client is created and again on ``api_client_rotate_webhook_secret``.
-* The services that move a call to ``triaged``, ``done`` or ``failed`` call ``calls_webhook_on_commit`` inside
-  their transaction; it builds the payload from the state being committed and publishes the Celery task
+* The services that change a call call ``calls_webhook_on_commit`` inside their transaction (a status move
+  names its event through ``WEBHOOK_EVENTS``; the others name theirs); it builds the payload from the state being committed and publishes the Celery task
   ``deliver_webhook`` once the transaction commits — a rolled-back change sends nothing.
 * The task POSTs the JSON body signed as Standard Webhooks specifies (https://www.standardwebhooks.com:
   ``webhook-id``, ``webhook-timestamp``, ``webhook-signature: v1,<base64 HMAC-SHA256 over id.timestamp.body>``
@@ -36,6 +37,7 @@ import urllib.request
 import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
@@ -57,7 +59,22 @@ from .errors import field_error
 logger = logging.getLogger(__name__)
 
 DELIVER_TASK = "triage.tasks.deliver_webhook"  # published by name: services never import the task module
-WEBHOOK_EVENTS = {CallStatus.TRIAGED: "call.triaged", CallStatus.DONE: "call.done", CallStatus.FAILED: "call.failed"}
+
+
+class WebhookEvent(StrEnum):
+    TRIAGED = "call.triaged"
+    LEVEL_CHANGED = "call.level_changed"  # a dispatcher overrode or confirmed another level
+    PROTOCOL_SWITCHED = "call.protocol_switched"  # a dispatcher switched it: the guidance is generated again
+    DONE = "call.done"
+    FAILED = "call.failed"
+    CANCELLED = "call.cancelled"
+    ACKNOWLEDGED = "call.acknowledged"
+    CLOSED = "call.closed"
+
+
+# The status moves that are events of their own
+WEBHOOK_EVENTS = {CallStatus.TRIAGED: WebhookEvent.TRIAGED, CallStatus.DONE: WebhookEvent.DONE,
+                  CallStatus.FAILED: WebhookEvent.FAILED, CallStatus.CANCELLED: WebhookEvent.CANCELLED}
 SECRET_PREFIX = "whsec_"  # Standard Webhooks: whsec_ + the base64 of the key
 URL_MAX_CHARS = 500
 ERROR_MAX_CHARS = 500
@@ -118,9 +135,11 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def webhook_payload(*, call: Call, event: str, event_id: str, occurred_at: datetime,
-                    dispatch_table: DispatchPriorityTable | None = None) -> dict[str, Any]:
+                    dispatch_table: DispatchPriorityTable | None = None,
+                    details: dict[str, Any] | None = None) -> dict[str, Any]:
     """The JSON body of an event: what the call looks like in the transaction that caused it, with the centre's
-    dispatch priority for it (``dispatch_table``: the table read once for a batch of calls)."""
+    dispatch priority for it (``dispatch_table``: the table read once for a batch of calls) and what the event
+    itself says (``details``: who changed the level, and from what)."""
     priority = call_dispatch_priority(call, table=dispatch_table)
     data: dict[str, Any] = {
         "id": call.pk,
@@ -135,18 +154,23 @@ def webhook_payload(*, call: Call, event: str, event_id: str, occurred_at: datet
         "stream_url": reverse("api-call-stream", args=[call.pk]),
         "dispatch_priority": priority.as_dict() if priority is not None else None,
     }
-    if event == WEBHOOK_EVENTS[CallStatus.DONE]:
+    if event == WebhookEvent.DONE:
         data.update(done_at=_iso(call.done_at), guidance=call.guidance,
                     guidance_protocol=call.guidance_protocol, off_protocol=call.off_protocol_sentences > 0)
-    elif event == WEBHOOK_EVENTS[CallStatus.FAILED]:
+    elif event == WebhookEvent.FAILED:
         data.update(failed_at=_iso(call.failed_at), failure_reason=call.failure_reason)
+    elif event == WebhookEvent.CANCELLED:
+        data.update(cancelled_at=_iso(call.cancelled_at))
+    data.update(details or {})
     return {"id": event_id, "type": event, "created_at": _iso(occurred_at), "call": data}
 
 
-def calls_webhook_on_commit(calls: Sequence[Call], *, status: str) -> None:
-    """Inside the transaction that moves ``calls`` to ``status``: their clients' webhooks get the event once it
-    commits. One query finds which clients have a webhook; calls of other clients cost nothing more."""
-    event = WEBHOOK_EVENTS.get(status)
+def calls_webhook_on_commit(calls: Sequence[Call], *, status: str | None = None, event: WebhookEvent | None = None,
+                            details: dict[str, Any] | None = None) -> None:
+    """Inside the transaction that moves ``calls`` to ``status`` (or changes them as ``event`` says): their
+    clients' webhooks get the event once it commits. One query finds which clients have a webhook; calls of
+    other clients cost nothing more."""
+    event = event or WEBHOOK_EVENTS.get(status)
     client_ids = {call.client_id for call in calls if call.client_id is not None}
     if event is None or not client_ids:
         return
@@ -158,7 +182,8 @@ def calls_webhook_on_commit(calls: Sequence[Call], *, status: str) -> None:
     for call in calls:
         if call.client_id in hooked:
             event_id = str(uuid.uuid4())
-            payload = webhook_payload(call=call, event=event, event_id=event_id, occurred_at=now, dispatch_table=table)
+            payload = webhook_payload(call=call, event=event, event_id=event_id, occurred_at=now, dispatch_table=table,
+                                      details=details)
             transaction.on_commit(partial(webhook_send, client_id=call.client_id, call_id=call.pk, payload=payload))
 
 

@@ -89,3 +89,22 @@ def test_an_override_the_schema_calls_invalid_is_refused_naming_the_field(
     response = session_api.patch(f"/api/v1/calls/{triaged_call.pk}/", body, format="json")
     assert response.status_code == 400
     assert field in response.json()["error"]["fields"]
+
+
+@pytest.mark.django_db
+def test_the_schema_declares_every_webhook_event_with_the_body_the_receiver_gets(client):
+    import uuid
+    from datetime import UTC, datetime
+
+    from tests.triage.factories import make_call
+    from triage.services.webhooks import WebhookEvent, webhook_payload
+
+    schema = yaml.safe_load(client.get("/api/schema/").content)
+    assert schema["openapi"].startswith("3.1") and set(schema["webhooks"]) == {e.value for e in WebhookEvent}
+    body = schema["webhooks"]["call.done"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    event = schema["components"]["schemas"][body["$ref"].rsplit("/", 1)[-1]]
+    call_ref = event["properties"]["call"].get("$ref") or event["properties"]["call"]["allOf"][0]["$ref"]
+    declared = set(schema["components"]["schemas"][call_ref.rsplit("/", 1)[-1]]["properties"])
+    payload = webhook_payload(call=make_call(), event=WebhookEvent.TRIAGED, event_id=str(uuid.uuid4()),
+                              occurred_at=datetime.now(UTC))
+    assert set(payload) == set(event["properties"]) and set(payload["call"]) == declared

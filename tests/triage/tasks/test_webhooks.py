@@ -219,6 +219,48 @@ def test_the_event_is_sent_only_when_the_transition_commits(
     assert [c.keywords["call_id"] for c in committed if isinstance(c, partial) and c.func is webhook_send] == [call.pk]
 
 
+@pytest.mark.django_db
+def test_a_dispatchers_changes_to_a_call_are_events_too_with_who_and_from_what(
+    redis_conn, client_and_token, receiver, dispatcher, django_capture_on_commit_callbacks
+):
+    """level changed, protocol switched, acknowledged, cancelled, closed: what a CAD needs beside triaged,
+    done and failed (docs/call-systems.md), each with the dispatcher and what changed."""
+    from triage.models import TriageAssessment
+    from triage.services.board import call_acknowledge, call_close
+    from triage.services.calls import call_cancel
+    from triage.services.overrides import call_override_level
+    from triage.services.protocols import call_switch_protocol
+
+    client = api_client_set_webhook(client=client_and_token[0], url=receiver.url, actor="system:test")
+    call = make_call(client=client)
+    TriageAssessment.objects.create(call=call, predicted_esi=3, probabilities=[0.2] * 5, predicted_output_tokens=40,
+                                    model_version="test", latency_ms=1, protocol="chest_pain", reasons=["C: 2 resources"])
+    Call.objects.filter(pk=call.pk).update(level=3)
+    call_transition(call=Call.objects.get(pk=call.pk), to_status=CallStatus.TRIAGED, actor="system:test")
+    steps = [
+        lambda c: call_override_level(call=c, level=1, reason="he has gone grey and sweaty", user=dispatcher),
+        lambda c: call_switch_protocol(call=c, protocol="heart_problem", user=dispatcher),
+        lambda c: call_acknowledge(call=c, user=dispatcher),
+        lambda c: call_cancel(call=c, actor=dispatcher, reason="duplicate of another call"),
+        lambda c: call_close(call=c, user=dispatcher, outcome="duplicate"),
+    ]
+    events = []
+    for step in steps:
+        with django_capture_on_commit_callbacks() as committed:
+            step(Call.objects.get(pk=call.pk))
+        events += [c.keywords["payload"] for c in committed if isinstance(c, partial) and c.func is webhook_send]
+    assert [e["type"] for e in events] == ["call.level_changed", "call.protocol_switched", "call.acknowledged",
+                                           "call.cancelled", "call.closed"]
+    changed, switched, acknowledged, cancelled, closed = (e["call"] for e in events)
+    assert (changed["esi"], changed["from_esi"], changed["change"], changed["by"]) == (1, 3, "override", dispatcher.username)
+    assert changed["reason"] == "he has gone grey and sweaty"
+    assert (switched["protocol"], switched["from_protocol"]) == ("heart_problem", "chest_pain")
+    assert acknowledged["by"] == dispatcher.username and acknowledged["acknowledged_at"]
+    assert cancelled["lifecycle"] == "cancelled" and cancelled["cancelled_at"]
+    assert (closed["lifecycle"], closed["outcome"]) == ("closed", "duplicate")
+    assert len({e["id"] for e in events}) == 5
+
+
 # --- end to end: the API, the real worker, the receiver -------------------------------------------------------
 
 
