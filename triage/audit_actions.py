@@ -32,6 +32,8 @@ class AuditAction(models.TextChoices):
     TIER_CREATED = "tier.created"
     TIER_UPDATED = "tier.updated"
     TIER_DELETED = "tier.deleted"
+    API_CLIENT_WEBHOOK_PINGED = "api_client.webhook_pinged"
+    WEBHOOK_RESENT = "webhook.resent"
     DISPATCH_RULE_SAVED = "dispatch_rule.saved"
     DISPATCH_RULE_DELETED = "dispatch_rule.deleted"
 

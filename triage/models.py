@@ -376,7 +376,7 @@ class WebhookDelivery(models.Model):
     client = models.ForeignKey(ApiClient, on_delete=models.PROTECT, related_name="webhook_deliveries")
     call = models.ForeignKey(Call, on_delete=models.PROTECT, null=True, blank=True, related_name="webhook_deliveries")
     event_id = models.UUIDField(db_index=True, help_text="The event's id, the same in every attempt (X-Triage-Event-Id)")
-    event = models.CharField(max_length=30, help_text="call.triaged, call.done or call.failed")
+    event = models.CharField(max_length=30, help_text="The event type, e.g. call.triaged, call.done, webhook.ping")
     url = models.CharField(max_length=500, blank=True)
     attempt = models.PositiveSmallIntegerField()
     outcome = models.CharField(max_length=10, choices=Outcome.choices)
@@ -385,6 +385,7 @@ class WebhookDelivery(models.Model):
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField()
     duration_ms = models.FloatField(default=0)
+    payload = models.JSONField(default=dict, blank=True, help_text="The event as sent: what a resend sends again")
 
     class Meta:
         ordering = ["-started_at", "-id"]

@@ -15,7 +15,12 @@ from triage.models import (
 from triage.roles import is_admin
 from triage.services.clients import api_client_create, api_client_deactivate, api_client_rotate
 from triage.services.errors import DomainError
-from triage.services.webhooks import api_client_rotate_webhook_secret, api_client_set_webhook
+from triage.services.webhooks import (
+    api_client_rotate_webhook_secret,
+    api_client_set_webhook,
+    webhook_ping,
+    webhook_resend,
+)
 
 from .base import ReadOnlyRoleAdmin, _report
 
@@ -41,7 +46,7 @@ class ApiClientAdmin(admin.ModelAdmin):
     list_display = ("name", "token_prefix", "scope_list", "throttle_rate", "is_active", "created_at", "rotated_at")
     list_filter = ("is_active",)
     search_fields = ("name", "token_prefix")
-    actions = ("rotate_tokens", "rotate_webhook_secrets", "deactivate_clients")
+    actions = ("rotate_tokens", "rotate_webhook_secrets", "ping_webhooks", "deactivate_clients")
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
     def _role_ok(self, request: HttpRequest) -> bool:
@@ -115,6 +120,16 @@ class ApiClientAdmin(admin.ModelAdmin):
             api_client_rotate_webhook_secret(client=client, actor=request.user)
         messages.success(request, "New webhook secrets drawn (see each client's page); the old ones no longer sign.")
 
+    @admin.action(description="Send the selected clients' webhooks a test event (webhook.ping)", permissions=["change"])
+    def ping_webhooks(self, request: HttpRequest, queryset: object) -> None:
+        for client in queryset:
+            try:
+                event_id = webhook_ping(client=client, actor=request.user)
+            except DomainError as exc:
+                _report(request, exc)
+                continue
+            messages.success(request, f"{client.name}: webhook.ping {event_id} sent (see Webhook deliveries)")
+
     @admin.action(description="Deactivate the selected clients", permissions=["change"])
     def deactivate_clients(self, request: HttpRequest, queryset: object) -> None:
         for client in queryset.filter(is_active=True):
@@ -142,4 +157,16 @@ class WebhookDeliveryAdmin(ReadOnlyRoleAdmin):
     date_hierarchy = "started_at"
     list_select_related = ("client", "call")
     readonly_fields = ("client", "call", "event_id", "event", "url", "attempt", "outcome", "status_code", "error",
-                       "started_at", "finished_at", "duration_ms")
+                       "started_at", "finished_at", "duration_ms", "payload")
+    actions = ("resend_events",)
+
+    @admin.action(description="Send the selected events again (as first sent, same id)")
+    def resend_events(self, request: HttpRequest, queryset: object) -> None:
+        for client, event_id in sorted({(d.client, str(d.event_id)) for d in queryset.select_related("client")},
+                                       key=lambda pair: pair[1]):
+            try:
+                webhook_resend(client=client, event_id=event_id, actor=request.user)
+            except DomainError as exc:
+                _report(request, exc)
+                continue
+            messages.success(request, f"{client.name}: event {event_id} sent again")

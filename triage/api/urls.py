@@ -3,6 +3,7 @@ from django.urls import path
 # <str:…>, not <int:…>: a malformed id must get the API's JSON 404, not Django's HTML one.
 from .calls import CallCancelApi, CallCollectionApi, CallItemApi, CallRetryApi
 from .stream import CallStreamApi, CallStreamUrlApi
+from .webhooks import WebhookPingApi, WebhookResendApi
 
 urlpatterns = [
     path("calls/", CallCollectionApi.as_view(), name="api-calls"),
@@ -12,4 +13,6 @@ urlpatterns = [
     # no trailing slash: the address EventSource clients are given (docs/call-systems.md)
     path("calls/<str:call_id>/stream", CallStreamApi.as_view(), name="api-call-stream"),
     path("calls/<str:call_id>/stream-url", CallStreamUrlApi.as_view(), name="api-call-stream-url"),
+    path("webhooks/ping/", WebhookPingApi.as_view(), name="api-webhooks-ping"),
+    path("webhooks/resend/", WebhookResendApi.as_view(), name="api-webhooks-resend"),
 ]

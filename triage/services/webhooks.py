@@ -54,7 +54,7 @@ from triage.models import ApiClient, AuditAction, Call, CallStatus, WebhookDeliv
 from triage.selectors.dispatch_priorities import call_dispatch_priority, dispatch_priority_table
 
 from .audit import Actor, audit_record
-from .errors import field_error
+from .errors import Conflict, field_error
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +71,8 @@ class WebhookEvent(StrEnum):
     ACKNOWLEDGED = "call.acknowledged"
     CLOSED = "call.closed"
 
+
+PING_EVENT = "webhook.ping"  # a test event: no call, sent when asked (admin, API)
 
 # The status moves that are events of their own
 WEBHOOK_EVENTS = {CallStatus.TRIAGED: WebhookEvent.TRIAGED, CallStatus.DONE: WebhookEvent.DONE,
@@ -201,6 +203,42 @@ def webhook_send(*, client_id: int, call_id: int, payload: dict[str, Any]) -> bo
 # --- delivery ----------------------------------------------------------------------------------------------
 
 
+def webhook_ping(*, client: ApiClient, actor: Actor) -> str:
+    """Send the client's webhook a test event (``webhook.ping``, signed like every other); returns its id."""
+    client = _with_webhook(client)
+    event_id = str(uuid.uuid4())
+    payload = {"id": event_id, "type": PING_EVENT, "created_at": _iso(timezone.now()), "client": client.name}
+    with transaction.atomic():
+        audit_record(action=AuditAction.API_CLIENT_WEBHOOK_PINGED, actor=actor,
+                     data={"client": client.name, "event_id": event_id})
+        transaction.on_commit(partial(webhook_send, client_id=client.pk, call_id=0, payload=payload))
+    return event_id
+
+
+def webhook_resend(*, client: ApiClient, event_id: str, actor: Actor) -> str:
+    """Send one of the client's events again, as it was first sent and under the same id (a receiver that has it
+    drops the repeat), from its first attempt: for an event given up, or one a receiver lost."""
+    client = _with_webhook(client)
+    sent = WebhookDelivery.objects.filter(client=client, event_id=event_id).exclude(payload={}).order_by("started_at")
+    delivery = sent.first()
+    if delivery is None:
+        raise field_error("event_id", "No event with this id was sent to this client (or it predates resending).")
+    with transaction.atomic():
+        audit_record(action=AuditAction.WEBHOOK_RESENT, actor=actor, call=delivery.call,
+                     data={"client": client.name, "event_id": event_id, "event": delivery.event})
+        transaction.on_commit(partial(webhook_send, client_id=client.pk, call_id=delivery.call_id or 0,
+                                      payload=delivery.payload))
+    return event_id
+
+
+def _with_webhook(client: ApiClient) -> ApiClient:
+    """The client as stored now (the API's token cache may hold an older copy), if it has a webhook."""
+    client = ApiClient.objects.get(pk=client.pk)
+    if not client.is_active or not client.webhook_url:
+        raise Conflict("the client has no webhook URL", fields={"webhook_url": ["not set"]})
+    return client
+
+
 def webhook_signature_headers(*, signing_secrets: Sequence[str], event_id: str, timestamp: int,
                               body: bytes) -> dict[str, str]:
     """Standard Webhooks' three headers for ``body`` (UTF-8 JSON), signed by the spec's own library with each
@@ -299,6 +337,6 @@ def webhook_deliver(*, client_id: int, call_id: int, payload: dict[str, Any], at
     return WebhookDelivery.objects.create(
         client=client, call_id=call_id if Call.objects.filter(pk=call_id).exists() else None,
         event_id=payload.get("id") or uuid.uuid4(), event=str(payload.get("type", ""))[:30], url=url[:URL_MAX_CHARS],
-        attempt=attempt, outcome=outcome, status_code=status_code, error=error[:ERROR_MAX_CHARS],
+        attempt=attempt, outcome=outcome, status_code=status_code, error=error[:ERROR_MAX_CHARS], payload=payload,
         started_at=started, finished_at=timezone.now(), duration_ms=round((time.monotonic() - clock) * 1000, 1),
     )

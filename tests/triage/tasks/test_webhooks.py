@@ -20,7 +20,7 @@ from standardwebhooks import Webhook, WebhookVerificationError
 
 from tests.fixtures.services import wait_until
 from tests.triage.factories import call_payload, make_call
-from triage.models import Call, CallStatus, WebhookDelivery
+from triage.models import AuditEvent, Call, CallStatus, WebhookDelivery
 from triage.services.calls import call_transition
 from triage.services.errors import DomainError
 from triage.services.webhooks import (
@@ -261,6 +261,32 @@ def test_a_dispatchers_changes_to_a_call_are_events_too_with_who_and_from_what(
     assert len({e["id"] for e in events}) == 5
 
 
+@pytest.mark.django_db
+def test_a_call_system_pings_its_receiver_and_has_an_event_sent_again_as_first_sent(
+    redis_conn, client_and_token, receiver, api, django_capture_on_commit_callbacks
+):
+    def sent(committed: list) -> list[dict]:
+        return [c.keywords["payload"] for c in committed if isinstance(c, partial) and c.func is webhook_send]
+
+    refused = api.post("/api/v1/webhooks/ping/")
+    assert refused.status_code == 409 and "webhook_url" in refused.json()["error"]["fields"]
+    client = api_client_set_webhook(client=client_and_token[0], url=receiver.url, actor="system:test")
+    with django_capture_on_commit_callbacks() as committed:
+        answer = api.post("/api/v1/webhooks/ping/")
+    assert answer.status_code == 202
+    [ping] = sent(committed)
+    assert (ping["type"], ping["id"], ping["client"]) == ("webhook.ping", answer.json()["event_id"], client.name)
+
+    first = webhook_deliver(client_id=client.pk, call_id=0, payload=ping, attempt=1)  # as the worker does
+    assert first.outcome == "delivered" and verified(receiver.received[-1], client.webhook_secret)
+    with django_capture_on_commit_callbacks() as committed:
+        again = api.post("/api/v1/webhooks/resend/", {"event_id": ping["id"]}, format="json")
+    assert again.status_code == 202 and sent(committed) == [ping]  # the same body, the same id
+    unknown = api.post("/api/v1/webhooks/resend/", {"event_id": "5d0c7e1a-9b1f-4c55-8a2e-6f3d2b1a0c98"}, format="json")
+    assert unknown.status_code == 400 and "event_id" in unknown.json()["error"]["fields"]
+    assert AuditEvent.objects.filter(action__in=["api_client.webhook_pinged", "webhook.resent"]).count() == 2
+
+
 # --- end to end: the API, the real worker, the receiver -------------------------------------------------------
 
 
@@ -327,3 +353,22 @@ def test_secrets_drawn_before_standard_webhooks_are_rewritten_to_the_same_key_ev
         headers = webhook_signature_headers(signing_secrets=[rewritten], event_id="e1", timestamp=int(time.time()),
                                             body=body)
         assert Webhook(rewritten).verify(body, headers) == {"id": "e1", "type": "call.done"}
+
+
+@pytest.mark.django_db
+def test_a_supervisor_sends_an_event_again_from_the_admins_delivery_log(
+    redis_conn, client_and_token, receiver, supervisor, client, django_capture_on_commit_callbacks
+):
+    hooked = api_client_set_webhook(client=client_and_token[0], url=receiver.url, actor="system:test")
+    receiver.statuses = [503]
+    payload = {"id": "0b8e7a37-7b8f-4a55-9b8c-2a3f0d1e2b34", "type": "call.failed", "call": {"id": 0}}
+    given_up = webhook_deliver(client_id=hooked.pk, call_id=0, payload=payload, attempt=6)
+    assert given_up.outcome == "gave_up"
+    supervisor.is_staff = True
+    supervisor.save(update_fields=["is_staff"])
+    client.force_login(supervisor)
+    with django_capture_on_commit_callbacks() as committed:
+        answer = client.post("/admin/triage/webhookdelivery/",
+                             {"action": "resend_events", "_selected_action": [given_up.pk]})
+    assert answer.status_code == 302
+    assert [c.keywords["payload"] for c in committed if isinstance(c, partial) and c.func is webhook_send] == [payload]
