@@ -299,6 +299,8 @@ TRIAGE = {
     "SWEEP_BATCH_MAX": int(os.environ.get("TRIAGE_SWEEP_BATCH_MAX", "500")),
     # How long a web process may trust a token it has verified (rotation/deactivation delay, in seconds).
     "API_TOKEN_CACHE_S": float(os.environ.get("TRIAGE_API_TOKEN_CACHE_S", "5")),
+    # How long a client's previous API token keeps working after a rotation (0: it stops at once)
+    "API_TOKEN_OVERLAP_S": float(os.environ.get("TRIAGE_API_TOKEN_OVERLAP_S", "86400")),
     # GET /api/v1/calls/<id>/stream: a keep-alive comment (and a check that the call has not ended) after this
     # many seconds without a token; proxies tend to close idle connections after 30-60 s.
     "STREAM_KEEPALIVE_S": float(os.environ.get("TRIAGE_STREAM_KEEPALIVE_S", "15")),

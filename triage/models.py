@@ -45,6 +45,10 @@ class ApiClient(models.Model):
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     rotated_at = models.DateTimeField(null=True, blank=True)
+    # After a rotation the previous token works too, until then: a 24/7 call system switches without a gap.
+    token_previous_prefix = models.CharField(max_length=12, blank=True, db_index=True, editable=False)
+    token_previous_hash = models.CharField(max_length=128, blank=True, editable=False)
+    token_previous_until = models.DateTimeField(null=True, blank=True, editable=False)
     webhook_url = models.URLField(
         max_length=500, blank=True, help_text="http(s) URL that receives call.triaged/done/failed (empty: none)"
     )

@@ -22,10 +22,13 @@ def test_create_api_client_prints_a_working_token_once_and_stores_its_hash():
     assert token not in client.token_hash and "shown once" in note
 
 
-def test_rotate_prints_a_new_token_and_retires_the_old_one():
+def test_rotate_prints_a_new_token_and_the_old_one_works_until_its_overlap_ends():
     old, _ = _run("cad-south")
-    new, _ = _run("cad-south", "--rotate")
-    assert new != old and api_client_for_token(old) is None and api_client_for_token(new) is not None
+    new, note = _run("cad-south", "--rotate")
+    assert new != old and api_client_for_token(old) is not None and api_client_for_token(new) is not None
+    assert "previous token works until" in note
+    newest, _ = _run("cad-south", "--rotate", "--overlap-s", "0")
+    assert api_client_for_token(new) is None and api_client_for_token(newest) is not None
 
 
 def test_a_duplicate_name_is_a_command_error():

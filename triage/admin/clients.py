@@ -108,7 +108,8 @@ class ApiClientAdmin(admin.ModelAdmin):
         obj.pk = issued.client.pk
         _show_token_once(request, issued.client.name, issued.token)
 
-    @admin.action(description="Rotate the token of the selected clients (new tokens shown once)", permissions=["change"])
+    @admin.action(description="Rotate the token of the selected clients (new tokens shown once; the old ones work 24 h more)",
+                  permissions=["change"])
     def rotate_tokens(self, request: HttpRequest, queryset: object) -> None:
         for client in queryset:
             issued = api_client_rotate(client=client, actor=request.user)

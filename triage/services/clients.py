@@ -9,8 +9,10 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -73,6 +75,10 @@ def _issue(client: ApiClient) -> str:
 SYSTEM_CLI = SystemActor.CLI
 
 
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
 def api_client_create(
     *, name: str, actor: Actor = SYSTEM_CLI, scopes: Iterable[str] = ApiClient.ALL_SCOPES, throttle_rate: str = "",
     webhook_url: str = "",
@@ -92,12 +98,19 @@ def api_client_create(
     return IssuedToken(client=client, token=token)
 
 
-def api_client_rotate(*, client: ApiClient, actor: Actor = SYSTEM_CLI) -> IssuedToken:
-    """A new token for ``client``; the old one stops working at once."""
+def api_client_rotate(*, client: ApiClient, actor: Actor = SYSTEM_CLI, overlap_s: float | None = None) -> IssuedToken:
+    """A new token for ``client``. The old one keeps working for ``overlap_s`` (TRIAGE_API_TOKEN_OVERLAP_S, 24 h;
+    0: it stops at once), so a call system running around the clock can switch without a gap; a token older
+    than that stops at once."""
+    overlap_s = settings.TRIAGE["API_TOKEN_OVERLAP_S"] if overlap_s is None else overlap_s
     with transaction.atomic():
-        client.rotated_at = timezone.now()
+        now = timezone.now()
+        client.rotated_at = now
+        client.token_previous_prefix, client.token_previous_hash = client.token_prefix, client.token_hash
+        client.token_previous_until = now + timedelta(seconds=overlap_s) if overlap_s > 0 else None
         token = _issue(client)
-        audit_record(action=AuditAction.API_CLIENT_ROTATED, actor=actor, data={"client": client.name})
+        audit_record(action=AuditAction.API_CLIENT_ROTATED, actor=actor,
+                     data={"client": client.name, "previous_token_until": _iso(client.token_previous_until)})
     return IssuedToken(client=client, token=token)
 
 

@@ -1,4 +1,5 @@
 import pytest
+from django.utils import timezone
 
 from triage.api_tokens import token_hash
 from triage.models import ApiClient, AuditEvent
@@ -24,10 +25,28 @@ def test_a_token_finds_its_client_and_nothing_else():
     assert api_client_for_token("trg_nothing") is None and api_client_for_token("") is None
 
 
-def test_rotation_retires_the_old_token():
+def test_after_a_rotation_both_tokens_work_until_the_overlap_ends_then_only_the_new_one():
     issued = api_client_create(name="cad", actor="system:test")
     rotated = api_client_rotate(client=issued.client, actor="system:test")
+    assert api_client_for_token(issued.token) == issued.client == api_client_for_token(rotated.token)
+    ApiClient.objects.filter(pk=issued.client.pk).update(token_previous_until=timezone.now())  # the overlap ends
     assert api_client_for_token(issued.token) is None and api_client_for_token(rotated.token) == issued.client
+    again = api_client_rotate(client=ApiClient.objects.get(pk=issued.client.pk), actor="system:test")
+    assert api_client_for_token(issued.token) is None  # a token two rotations old never works again
+    assert api_client_for_token(rotated.token) == issued.client == api_client_for_token(again.token)
+
+
+def test_a_rotation_without_overlap_retires_the_old_token_at_once():
+    issued = api_client_create(name="cad", actor="system:test")
+    rotated = api_client_rotate(client=issued.client, actor="system:test", overlap_s=0)
+    assert api_client_for_token(issued.token) is None and api_client_for_token(rotated.token) == issued.client
+
+
+def test_a_deactivated_client_is_refused_with_its_previous_token_too():
+    issued = api_client_create(name="cad", actor="system:test")
+    rotated = api_client_rotate(client=issued.client, actor="system:test")
+    api_client_deactivate(client=rotated.client, actor="system:test")
+    assert api_client_for_token(issued.token) is None and api_client_for_token(rotated.token) is None
 
 
 def test_a_deactivated_client_is_refused():

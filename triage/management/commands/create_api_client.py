@@ -25,6 +25,9 @@ class Command(BaseCommand):
         parser.add_argument("--scopes", nargs="+", default=list(ApiClient.ALL_SCOPES), choices=ApiClient.ALL_SCOPES)
         parser.add_argument("--rate", default="", help='throttle rate, e.g. "600/min" (default: the intake rate)')
         parser.add_argument("--rotate", action="store_true", help="issue a new token for an existing client")
+        parser.add_argument("--overlap-s", type=float, default=None,
+                            help="with --rotate: seconds the old token keeps working (default "
+                                 "TRIAGE_API_TOKEN_OVERLAP_S, 24 h; 0: it stops at once)")
         parser.add_argument("--webhook-url", default="", help="http(s) URL for call.triaged/done/failed events")
         parser.add_argument("--set-webhook", metavar="URL", default=None,
                             help='set an existing client\'s webhook URL ("": remove it)')
@@ -32,7 +35,8 @@ class Command(BaseCommand):
                             help="draw a new webhook signing secret for an existing client and print it")
 
     def handle(self, *args: Any, name: str, scopes: list[str], rate: str, rotate: bool, webhook_url: str,
-               set_webhook: str | None, rotate_webhook_secret: bool, **options: Any) -> None:
+               set_webhook: str | None, rotate_webhook_secret: bool, overlap_s: float | None = None,
+               **options: Any) -> None:
         try:
             if set_webhook is not None or rotate_webhook_secret:
                 self._webhook(name, set_webhook, rotate_webhook_secret)
@@ -41,7 +45,7 @@ class Command(BaseCommand):
                 client = ApiClient.objects.filter(name=name).first()
                 if client is None:
                     raise CommandError(f"no API client named {name!r}")
-                issued = api_client_rotate(client=client, actor=SystemActor.MANAGE)
+                issued = api_client_rotate(client=client, actor=SystemActor.MANAGE, overlap_s=overlap_s)
             else:
                 issued = api_client_create(name=name, scopes=scopes, throttle_rate=rate, webhook_url=webhook_url,
                                            actor=SystemActor.MANAGE)
@@ -51,6 +55,8 @@ class Command(BaseCommand):
             self.stderr.write(f"Webhook {issued.client.webhook_url}, signing secret: {issued.client.webhook_secret}")
         self.stderr.write(f"API client {issued.client.name!r} ({', '.join(issued.client.scopes)}). "
                           "The token is shown once; store it now:")
+        if rotate and issued.client.token_previous_until is not None:
+            self.stderr.write(f"The previous token works until {issued.client.token_previous_until:%Y-%m-%d %H:%M %Z}.")
         self.stdout.write(issued.token)
 
     def _webhook(self, name: str, url: str | None, rotate_secret: bool) -> None:
