@@ -4,6 +4,7 @@ variable read here and elsewhere is in docs/configuration.md."""
 
 import importlib.util
 import os
+import zoneinfo
 from datetime import timedelta
 from pathlib import Path
 
@@ -173,7 +174,13 @@ LOGIN_REDIRECT_URL = "dashboard"
 LOGOUT_REDIRECT_URL = "login"
 
 LANGUAGE_CODE = "en-gb"
-TIME_ZONE = "UTC"
+# The centre's own zone (an IANA name, e.g. America/Chicago): the board, the admin and the search show its local
+# time. Stored times stay UTC (USE_TZ); the API answers in ISO 8601 with offsets whatever it is.
+TIME_ZONE = os.environ.get("TRIAGE_TIME_ZONE", "UTC")
+try:
+    zoneinfo.ZoneInfo(TIME_ZONE)
+except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+    raise ImproperlyConfigured(f"TRIAGE_TIME_ZONE={TIME_ZONE!r} is not a time zone (an IANA name, e.g. Europe/London)") from None
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"

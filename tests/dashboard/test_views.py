@@ -286,3 +286,31 @@ def test_the_boards_slo_attainment_is_the_simulators_for_the_same_calls(make_cal
     emergent = next(s for s in board_metrics()["slo"] if s["name"] == "Emergent")
     assert emergent["n"] == 4
     assert emergent["attained"] == summarise(outcomes)["slo_attainment"] == 0.25
+
+
+def test_the_panel_shows_when_the_call_system_answered_the_call_in_the_centres_time_zone(dispatcher, settings):
+    """TRIAGE_TIME_ZONE: a Chicago centre reads 20:14 CST for a call answered at 02:14 UTC, not 02:14."""
+    from datetime import UTC, datetime
+
+    from tests.triage.factories import make_call
+    from triage.models import Call
+
+    settings.TIME_ZONE = "America/Chicago"
+    call = make_call()
+    Call.objects.filter(pk=call.pk).update(received_at=datetime(2026, 11, 28, 2, 14, 5, tzinfo=UTC))
+    client = Client()
+    client.force_login(dispatcher)
+    panel = client.get(f"/calls/{call.pk}/panel/").content.decode()
+    assert ">20:14:05 CST<" in panel and ">02:14:05" not in panel  # shown in local time (the attribute stays ISO)
+
+
+def test_an_unknown_time_zone_is_refused_at_start():
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TRIAGE_TIME_ZONE": "Mars/Olympus", "DJANGO_SECRET_KEY": "x" * 50,
+           "DJANGO_SETTINGS_MODULE": "config.settings"}
+    result = subprocess.run([sys.executable, "-c", "import django; django.setup()"], env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode != 0 and "TRIAGE_TIME_ZONE='Mars/Olympus' is not a time zone" in result.stderr
