@@ -280,3 +280,30 @@ def test_switching_protocol_regenerates_the_guidance_while_other_calls_keep_stre
         worker.stop()
         if worker.process is not None and worker.process.returncode not in (0, -15, None):
             print(worker.log()[-3000:])
+
+
+def test_the_night_theme_follows_the_system_then_the_toggle_and_forced_colours_keep_badges_outlined(
+        page, board_server, dispatcher_login, make_call):
+    """A dim dispatch floor: the system's dark preference turns the board dark, the header's toggle overrides it
+    and is remembered; under forced colours (Windows high contrast) every badge keeps an outline."""
+    urgent = make_call(1)
+    make_call(4, text="Twisted ankle, can walk.")
+    body_colour = "getComputedStyle(document.body).backgroundColor"
+    page.emulate_media(color_scheme="dark")
+    open_board(page, board_server, dispatcher_login)
+    row(page, urgent.pk).wait_for()
+    assert page.evaluate(body_colour) == "rgb(15, 17, 21)"
+    assert page.get_by_role("button", name="Day theme").get_attribute("aria-pressed") == "true"
+    screenshot(page, "board-night")
+
+    page.get_by_role("button", name="Day theme").click()
+    assert page.evaluate(body_colour) == "rgb(246, 247, 249)"
+    page.reload()
+    page.wait_for_selector("#conn-status.conn-live")
+    assert page.evaluate(body_colour) == "rgb(246, 247, 249)"  # the choice outlives the page, not the system's
+    assert page.get_by_role("button", name="Night theme").get_attribute("aria-pressed") == "false"
+
+    page.emulate_media(forced_colors="active")
+    badge = row(page, urgent.pk).locator(".esi")
+    assert badge.evaluate("el => getComputedStyle(el).borderTopStyle") == "solid"
+    screenshot(page, "board-forced-colours")
