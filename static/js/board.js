@@ -501,8 +501,16 @@ function panelAction(kind) {
   if (form) form.requestSubmit();
 }
 
+// Single-key shortcuts can be switched off (WCAG 2.1.4: they clash with speech input and some screen readers);
+// the choice is remembered on this browser. Every action stays a button.
+const SHORTCUTS_KEY = "triage-shortcuts";
+const shortcutsOn = () => localStorage.getItem(SHORTCUTS_KEY) !== "off";
+const shortcutsBox = $("shortcuts-enabled");
+shortcutsBox.checked = shortcutsOn();
+shortcutsBox.addEventListener("change", () => localStorage.setItem(SHORTCUTS_KEY, shortcutsBox.checked ? "on" : "off"));
+
 document.addEventListener("keydown", (e) => {
-  if (e.ctrlKey || e.metaKey || e.altKey) return;
+  if (e.ctrlKey || e.metaKey || e.altKey || !shortcutsOn()) return;
   const t = e.target;
   if (t.closest && (t.closest("input, textarea, select, [contenteditable]") || t.closest("dialog[open]"))) return;
   const actions = {

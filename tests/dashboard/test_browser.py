@@ -307,3 +307,27 @@ def test_the_night_theme_follows_the_system_then_the_toggle_and_forced_colours_k
     badge = row(page, urgent.pk).locator(".esi")
     assert badge.evaluate("el => getComputedStyle(el).borderTopStyle") == "solid"
     screenshot(page, "board-forced-colours")
+
+
+def test_single_key_shortcuts_can_be_switched_off_and_the_choice_is_remembered(
+        page, board_server, dispatcher_login, make_call):
+    """WCAG 2.1.4: a dispatcher using speech input or a screen reader turns the one-letter shortcuts off."""
+    urgent = make_call(1)
+    open_board(page, board_server, dispatcher_login)
+    row(page, urgent.pk).wait_for()
+    page.get_by_role("button", name="Shortcuts").click()
+    page.get_by_label("Single-key shortcuts").uncheck()
+    page.keyboard.press("Escape")
+    page.keyboard.press("j")
+    page.wait_for_timeout(500)
+    assert page.locator(f'#call-panel [data-call-id="{urgent.pk}"]').count() == 0  # j did nothing
+    page.reload()
+    page.wait_for_selector("#conn-status.conn-live")
+    page.keyboard.press("j")
+    page.wait_for_timeout(500)
+    assert page.locator(f'#call-panel [data-call-id="{urgent.pk}"]').count() == 0  # still off after a reload
+    page.get_by_role("button", name="Shortcuts").click()
+    page.get_by_label("Single-key shortcuts").check()
+    page.keyboard.press("Escape")
+    page.keyboard.press("j")
+    page.wait_for_selector(f'#call-panel [data-call-id="{urgent.pk}"]')
