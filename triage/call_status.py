@@ -9,15 +9,17 @@ from django.db import models
 
 
 class CallStatus(models.TextChoices):
-    RECEIVED = "received"
-    TRIAGED = "triaged"
-    QUEUED = "queued"
-    PREFILLING = "prefilling"
-    DECODING = "decoding"
-    PREEMPTED = "preempted"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
+    """The engine's states; the labels are what a dispatcher reads on the board and in the admin."""
+
+    RECEIVED = "received", "Received, not triaged yet"
+    TRIAGED = "triaged", "Triaged"
+    QUEUED = "queued", "Waiting for guidance"
+    PREFILLING = "prefilling", "Guidance starting"
+    DECODING = "decoding", "Guidance streaming"
+    PREEMPTED = "preempted", "Guidance paused: a more urgent call first"
+    DONE = "done", "Guidance ready"
+    FAILED = "failed", "Guidance failed"
+    CANCELLED = "cancelled", "Cancelled"
 
 
 ACTIVE_STATUSES = (

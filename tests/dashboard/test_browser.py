@@ -315,6 +315,7 @@ def test_single_key_shortcuts_can_be_switched_off_and_the_choice_is_remembered(
     urgent = make_call(1)
     open_board(page, board_server, dispatcher_login)
     row(page, urgent.pk).wait_for()
+    assert "Waiting for guidance" in row(page, urgent.pk).inner_text()  # a dispatcher's words, not "queued"
     page.get_by_role("button", name="Shortcuts").click()
     page.get_by_label("Single-key shortcuts").uncheck()
     page.keyboard.press("Escape")
