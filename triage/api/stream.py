@@ -29,6 +29,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from triage.models import ApiClient
 from triage.selectors.guidance_events import (
     STREAM_ID,
     GuidanceEvent,
@@ -100,9 +101,7 @@ class CallStreamApi(ApiView):
 
     @extend_schema(
         operation_id="calls_stream",
-        parameters=[CALL_ID, LAST_EVENT_ID, OpenApiParameter(
-            STREAM_ACCESS_PARAM, str, OpenApiParameter.QUERY, required=False,
-            description="The signed access from GET calls/<id>/stream-url, instead of Authorization (EventSource)")],
+        parameters=[CALL_ID, LAST_EVENT_ID],  # ?access= is the signedStreamUrl security scheme
         responses={
             (200, EVENT_STREAM): OpenApiResponse(OpenApiTypes.STR, description=STREAM_DESCRIPTION),
             **_errors(421),
@@ -141,7 +140,7 @@ class CallStreamUrlApi(ApiView):
     def get(self, request: Request, call_id: str) -> Response:
         """A signed URL of the call's guidance stream, valid for TRIAGE_STREAM_URL_TTL_S."""
         call = self.get_call(call_id)
-        client = request.auth if request.auth is not None and request.auth == request.user else None
+        client = request.auth if isinstance(request.auth, ApiClient) else None  # else a dashboard user
         access = stream_access_sign(call_id=call.pk, client=client,
                                     user_id=None if client is not None else request.user.pk)
         url = request.build_absolute_uri(reverse("api-call-stream", args=[call.pk]) + "?" +

@@ -43,8 +43,10 @@ def call_list(
         calls = calls.filter(status__in=list(statuses))
     if lifecycles:
         wanted = set(lifecycles)
-        in_lifecycle = Q(status__in=[s for stage in wanted for s in statuses_of(stage)], closed_at__isnull=True)
-        calls = calls.filter(in_lifecycle | Q(closed_at__isnull=False) if Lifecycle.CLOSED in wanted else in_lifecycle)
+        matched = Q(status__in=[s for stage in wanted for s in statuses_of(stage)], closed_at__isnull=True)
+        if Lifecycle.CLOSED in wanted:
+            matched |= Q(closed_at__isnull=False)
+        calls = calls.filter(matched)
     if updated_since is not None:
         changed = AuditEvent.objects.filter(created_at__gte=updated_since, call__isnull=False).values("call_id")
         calls = calls.filter(Q(created_at__gte=updated_since) | Q(pk__in=changed))

@@ -198,8 +198,8 @@ def queue_snapshot(*, with_metrics: bool = True) -> dict:
     now = timezone.now()
     tiers = {t.pk: tier_state(t) for t in Tier.objects.all()}
     config = scheduler_config_load()
-    library = load_library()
-    rows = [call_state(c, library, config=config, now=now) for c in live_calls()]
+    library, table = load_library(), dispatch_priority_table()
+    rows = [call_state(c, library, config=config, now=now, dispatch_table=table) for c in live_calls()]
     snapshot = {
         "server_time": now.isoformat(),
         "calls": sort_calls(rows),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -75,9 +75,6 @@ def _issue(client: ApiClient) -> str:
 SYSTEM_CLI = SystemActor.CLI
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat() if value is not None else None
-
 
 def api_client_create(
     *, name: str, actor: Actor = SYSTEM_CLI, scopes: Iterable[str] = ApiClient.ALL_SCOPES, throttle_rate: str = "",
@@ -110,7 +107,8 @@ def api_client_rotate(*, client: ApiClient, actor: Actor = SYSTEM_CLI, overlap_s
         client.token_previous_until = now + timedelta(seconds=overlap_s) if overlap_s > 0 else None
         token = _issue(client)
         audit_record(action=AuditAction.API_CLIENT_ROTATED, actor=actor,
-                     data={"client": client.name, "previous_token_until": _iso(client.token_previous_until)})
+                     data={"client": client.name, "previous_token_until":
+                           client.token_previous_until.isoformat() if client.token_previous_until else None})
     return IssuedToken(client=client, token=token)
 
 

@@ -179,6 +179,8 @@ def calls_webhook_on_commit(calls: Sequence[Call], *, status: str | None = None,
     hooked = set(
         ApiClient.objects.filter(pk__in=client_ids, is_active=True).exclude(webhook_url="").values_list("pk", flat=True)
     )
+    if not hooked:
+        return
     now = timezone.now()
     table = dispatch_priority_table()
     for call in calls:
