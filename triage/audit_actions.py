@@ -20,6 +20,8 @@ class AuditAction(models.TextChoices):
     CALL_LEVEL_OVERRIDDEN = "call.level_overridden"
     CALL_LEVEL_CONFIRMED = "call.level_confirmed"
     CALL_PROTOCOL_SWITCHED = "call.protocol_switched"
+    CALL_UPDATED = "call.updated"  # the call system sent narrative, a location or a callback number
+    CALL_RETRIAGED = "call.retriaged"  # new narrative was read again (the level raised, kept, or held)
     CALL_ACKNOWLEDGED = "call.acknowledged"
     CALL_CLOSED = "call.closed"
     API_CLIENT_CREATED = "api_client.created"

@@ -146,6 +146,22 @@ def test_audit_log_is_read_only_with_filters(make_call, supervisor):
     assert client.post(f"/admin/triage/auditevent/{event.pk}/delete/", {"post": "yes"}).status_code == 403
 
 
+def test_call_updates_are_listed_as_sent_and_read_only(make_call, supervisor):
+    from django.utils import timezone
+
+    from triage.services.call_updates import call_update_append
+
+    call = make_call(3)
+    update, _ = call_update_append(call=call, update_id="rebid-1", received_at=timezone.now(), actor="system:test",
+                                   location_lat=53.81, location_lon=-1.56, location_uncertainty_m=35.0)
+    client = staff_client(supervisor)
+    listing = client.get("/admin/triage/callupdate/", {"q": "rebid"})
+    assert listing.status_code == 200 and "rebid-1" in listing.content.decode()
+    assert client.get(f"/admin/triage/callupdate/{update.pk}/change/").status_code == 200
+    assert client.get("/admin/triage/callupdate/add/").status_code == 403
+    assert client.post(f"/admin/triage/callupdate/{update.pk}/delete/", {"post": "yes"}).status_code == 403
+
+
 def test_the_admin_lists_the_protocols_and_their_versions_read_only(supervisor):
     from judgment.protocols import load_library
 

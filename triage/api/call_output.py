@@ -62,6 +62,8 @@ class AssessmentOutputSerializer(serializers.Serializer):
     level_confirmed_by = serializers.CharField(source="level_confirmed_by.get_username", allow_null=True, default=None)
     findings = serializers.ListField(child=serializers.CharField(), help_text="What the caller said, as findings")
     catalogue_version = serializers.CharField(allow_blank=True)
+    narrative_revision = serializers.IntegerField(
+        help_text="The call's narrative revision this verdict read: below the call's, a re-triage is on its way")
     protocol = ProtocolSelectionOutputSerializer(source="*", help_text="The dispatch protocol selected for the call")
     override_esi = serializers.IntegerField(allow_null=True)
     override_reason = serializers.CharField(allow_blank=True)
@@ -99,6 +101,9 @@ class CallOutputSerializer(serializers.Serializer):
     location_address = serializers.CharField(allow_blank=True)
     location_lat = serializers.FloatField(allow_null=True)
     location_lon = serializers.FloatField(allow_null=True)
+    location_uncertainty_m = serializers.FloatField(allow_null=True, help_text="Radius of the location's uncertainty")
+    narrative_revision = serializers.IntegerField(
+        help_text="How many updates have added narrative to the transcript (POST calls/<id>/updates/)")
     guidance = serializers.CharField(allow_blank=True)
     guidance_protocol = serializers.CharField(allow_blank=True, help_text='The protocol the guidance read out, or "unclear"')
     guidance_protocol_version = serializers.IntegerField(allow_null=True)

@@ -52,8 +52,16 @@ CALL_ID = OpenApiParameter("call_id", int, OpenApiParameter.PATH, description="T
 READ = Access(client_scope=ApiClient.SCOPE_READ, user_check=has_any_role, user_needs="a dashboard role")
 
 
-def _errors(*codes: int) -> dict[int, OpenApiResponse]:
+def error_responses(*codes: int) -> dict[int, OpenApiResponse]:
+    """The error answers an endpoint documents: the common ones and ``codes``."""
     return {code: OpenApiResponse(ErrorSerializer) for code in (400, 401, 403, 404, 429, *codes)}
+
+
+def received_at_not_future(value: Any) -> Any:
+    """A call system's clock may run a little ahead of ours (RECEIVED_AT_MAX_SKEW), not more."""
+    if value > timezone.now() + RECEIVED_AT_MAX_SKEW:
+        raise serializers.ValidationError("Must not be in the future.")
+    return value
 
 
 def query_params_as_dict(request: Request, *, list_fields: tuple[str, ...]) -> dict[str, Any]:
@@ -87,7 +95,8 @@ class ApiView(APIView):
 
 
 class CallCreateApi(ApiView):
-    """POST /api/v1/calls/ — 201 with the new call, or 200 with the existing one on a retry."""
+    """POST /api/v1/calls/ — 201 with the new call, 200 with the existing one on a retry (same external_id and
+    body), 409 naming the fields when the external_id was used for another body."""
 
     access = {"POST": Access(client_scope=ApiClient.SCOPE_WRITE)}
 
@@ -111,9 +120,7 @@ class CallCreateApi(ApiView):
             return value
 
         def validate_received_at(self, value: Any) -> Any:
-            if value > timezone.now() + RECEIVED_AT_MAX_SKEW:
-                raise serializers.ValidationError("Must not be in the future.")
-            return value
+            return received_at_not_future(value)
 
     @extend_schema_serializer(component_name="CallCreateOutput")
     class OutputSerializer(serializers.Serializer):
@@ -127,7 +134,7 @@ class CallCreateApi(ApiView):
     @extend_schema(
         operation_id="calls_create",
         request=InputSerializer,
-        responses={201: OutputSerializer, 200: OutputSerializer, **_errors(413, 415)},
+        responses={201: OutputSerializer, 200: OutputSerializer, **error_responses(409, 413, 415)},
     )
     def post(self, request: Request) -> Response:
         """Accept a call: 201 with the new call, or 200 with the existing one on a retry (same external_id)."""
@@ -177,7 +184,7 @@ class CallListApi(ApiView):
         previous = serializers.URLField(allow_null=True)
         results = CallOutputSerializer(many=True)
 
-    @extend_schema(operation_id="calls_list", parameters=[FilterSerializer], responses={200: OutputSerializer, **_errors()})
+    @extend_schema(operation_id="calls_list", parameters=[FilterSerializer], responses={200: OutputSerializer, **error_responses()})
     def get(self, request: Request) -> Response:
         """List calls, newest first, cursor-paginated; filters combine with AND."""
         filters = CallListApi.FilterSerializer(
@@ -198,7 +205,7 @@ class CallDetailApi(ApiView):
 
     access = {"GET": READ}
 
-    @extend_schema(operation_id="calls_retrieve", parameters=[CALL_ID], responses={200: CallOutputSerializer, **_errors()})
+    @extend_schema(operation_id="calls_retrieve", parameters=[CALL_ID], responses={200: CallOutputSerializer, **error_responses()})
     def get(self, request: Request, call_id: str) -> Response:
         """A call with its assessment and status."""
         return Response(CallOutputSerializer(self.get_call(call_id)).data)
@@ -233,7 +240,7 @@ class CallOverrideApi(ApiView):
 
     @extend_schema(
         operation_id="calls_update", request=InputSerializer, parameters=[CALL_ID],
-        responses={200: CallOutputSerializer, **_errors(409, 413, 415, 503)},
+        responses={200: CallOutputSerializer, **error_responses(409, 413, 415, 503)},
     )
     def patch(self, request: Request, call_id: str) -> Response:
         """Override the ESI level and/or switch the protocol (dispatcher session + CSRF)."""
@@ -273,7 +280,7 @@ class CallCancelApi(ApiView):
 
     @extend_schema(
         operation_id="calls_cancel", request=InputSerializer, parameters=[CALL_ID],
-        responses={200: CallOutputSerializer, **_errors(409, 413, 415)},
+        responses={200: CallOutputSerializer, **error_responses(409, 413, 415)},
     )
     def post(self, request: Request, call_id: str) -> Response:
         """Cancel a call that is not finished (the posting client with calls:write, or a dispatcher)."""
@@ -291,7 +298,7 @@ class CallRetryApi(ApiView):
 
     @extend_schema(
         operation_id="calls_retry", request=None, parameters=[CALL_ID],
-        responses={200: CallOutputSerializer, **_errors(409, 503)},
+        responses={200: CallOutputSerializer, **error_responses(409, 503)},
     )
     def post(self, request: Request, call_id: str) -> Response:
         """Generate a failed call's guidance again, at its level and arrival (409 unless the call is failed)."""

@@ -43,7 +43,7 @@ from .authentication import (
     SignedStreamUrlAuthentication,
     stream_access_sign,
 )
-from .calls import CALL_ID, READ, ApiView, _errors
+from .calls import CALL_ID, READ, ApiView, error_responses
 
 EVENT_STREAM = "text/event-stream"
 RETRY_MS = 2000  # how long an EventSource waits before it reconnects
@@ -104,7 +104,7 @@ class CallStreamApi(ApiView):
         parameters=[CALL_ID, LAST_EVENT_ID],  # ?access= is the signedStreamUrl security scheme
         responses={
             (200, EVENT_STREAM): OpenApiResponse(OpenApiTypes.STR, description=STREAM_DESCRIPTION),
-            **_errors(421),
+            **error_responses(421),
         },
     )
     def get(self, request: Request, call_id: str) -> StreamingHttpResponse:
@@ -136,7 +136,7 @@ class CallStreamUrlApi(ApiView):
         expires_at = serializers.DateTimeField(help_text="Open (or reopen) it before this; then ask again")
 
     @extend_schema(operation_id="calls_stream_url", parameters=[CALL_ID],
-                   responses={200: OutputSerializer, **_errors()})
+                   responses={200: OutputSerializer, **error_responses()})
     def get(self, request: Request, call_id: str) -> Response:
         """A signed URL of the call's guidance stream, valid for TRIAGE_STREAM_URL_TTL_S."""
         call = self.get_call(call_id)

@@ -13,8 +13,8 @@ from .call_output import DispatchPriorityOutputSerializer
 
 EVENT_FIELDS = {
     WebhookEvent.TRIAGED: "`esi` and `tier` are set; `GET url` has the full assessment",
-    WebhookEvent.LEVEL_CHANGED: "`from_esi`, `change` (override or confirmation), `by`, `reason`",
-    WebhookEvent.PROTOCOL_SWITCHED: "`protocol`, `from_protocol`, `by`: the guidance is generated again",
+    WebhookEvent.LEVEL_CHANGED: "`from_esi`, `change` (override, confirmation, or retriage: an update's narrative read more urgent; `by` is then empty), `by`, `reason`",
+    WebhookEvent.PROTOCOL_SWITCHED: "`protocol`, `from_protocol`, `by` (a dispatcher, or retriage): the guidance is generated again",
     WebhookEvent.DONE: "`done_at`, `guidance`, `guidance_protocol`, `off_protocol`",
     WebhookEvent.FAILED: "`failed_at`, `failure_reason`",
     WebhookEvent.CANCELLED: "`cancelled_at`",

@@ -11,7 +11,7 @@ from rest_framework.response import Response
 from triage.models import ApiClient
 from triage.services.webhooks import webhook_ping, webhook_resend
 
-from .calls import ApiView, _errors
+from .calls import ApiView, error_responses
 from .fields import StrictSerializer
 from .permissions import Access
 
@@ -26,7 +26,7 @@ class WebhookPingApi(ApiView):
     access = {"POST": CLIENTS_ONLY}
 
     @extend_schema(operation_id="webhooks_ping", request=None,
-                   responses={202: EventAcceptedSerializer, **_errors(409)})
+                   responses={202: EventAcceptedSerializer, **error_responses(409)})
     def post(self, request: Request) -> Response:
         """Send this client's webhook a signed `webhook.ping` event (409: the client has no webhook URL)."""
         event_id = webhook_ping(client=request.auth, actor=request.auth)
@@ -40,7 +40,7 @@ class WebhookResendApi(ApiView):
         event_id = serializers.UUIDField(help_text="The id of an event sent to this client")
 
     @extend_schema(operation_id="webhooks_resend", request=InputSerializer,
-                   responses={202: EventAcceptedSerializer, **_errors(409, 413, 415)})
+                   responses={202: EventAcceptedSerializer, **error_responses(409, 413, 415)})
     def post(self, request: Request) -> Response:
         """Send one of this client's events again, as first sent and under the same id."""
         serializer = WebhookResendApi.InputSerializer(data=request.data)

@@ -6,12 +6,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import Q, QuerySet
+from django.db.models import F, Max, Q, QuerySet
 
 from inference.guidance.plan import GuidancePlan, guidance_prompt, plan_guidance
 from judgment.protocols import UNCLEAR, ProtocolLibrary, load_library
 from triage.call_status import Lifecycle, statuses_of
-from triage.models import FINAL_STATUSES, ApiClient, AuditEvent, Call
+from triage.models import FINAL_STATUSES, ApiClient, AuditEvent, Call, CallStatus, CallUpdate
 
 UNKNOWN_FAMILY = "unknown"  # the family read when a call has no protocol selection (assessed before selection)
 
@@ -109,3 +109,19 @@ def calls_generation_input(*, call_ids: Iterable[int]) -> dict[int, GenerationIn
             accepted_at_s=created_at.timestamp(), predicted_output_tokens=predicted, plan=plan, generation=generation,
         )
     return out
+
+
+def call_updates(*, call: Call) -> QuerySet[CallUpdate]:
+    """The updates the call system sent for ``call``, oldest first."""
+    return CallUpdate.objects.filter(call=call).order_by("created_at", "pk")
+
+
+def calls_with_unread_narrative(*, updated_before: datetime, limit: int) -> list[int]:
+    """Calls whose assessment read an older narrative than they have (their re-triage task was lost), last
+    updated before ``updated_before`` (newer ones are left to their own task); open calls only, oldest first."""
+    return list(
+        Call.objects.filter(assessment__narrative_revision__lt=F("narrative_revision"), closed_at__isnull=True)
+        .exclude(status=CallStatus.CANCELLED)
+        .annotate(last_update=Max("updates__created_at")).filter(last_update__lt=updated_before)
+        .order_by("last_update").values_list("pk", flat=True)[:limit]
+    )

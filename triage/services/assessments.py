@@ -76,7 +76,7 @@ def uncertain_against(prediction: Prediction) -> int | None:
     return prediction.alternative_esi if prediction.uncertain else None
 
 
-def _check_prediction(call: Call, prediction: Prediction) -> None:
+def prediction_check(call: Call, prediction: Prediction) -> None:
     probabilities = list(prediction.probabilities)
     if prediction.esi not in ESI_LEVELS or len(probabilities) != len(ESI_LEVELS):
         raise DomainError(f"invalid prediction for call {call.pk}", fields={"esi": [f"got {prediction.esi}"]})
@@ -117,11 +117,11 @@ def calls_triage_record(
         library = load_library()
         for call in locked:
             prediction = by_id[call.pk]
-            _check_prediction(call, prediction)
+            prediction_check(call, prediction)
             changed.update(call_transition_unsaved(call, CallStatus.TRIAGED, now=now))
             call.level = scheduling_level(prediction.esi, uncertain_against(prediction))
             call.tier = tier_for_level(call.level, tiers)
-            assessments.append(_assessment(call, prediction, model_version, latency_ms, catalogue_version, library))
+            assessments.append(assessment_build(call, prediction, model_version, latency_ms, catalogue_version, library))
             audits.append(_triaged_audit(call, prediction, model_version, catalogue_version, actor))
             call_changed_on_commit(call.pk)
         TriageAssessment.objects.bulk_create(assessments)
@@ -135,12 +135,12 @@ def calls_triage_record(
     return locked
 
 
-def _assessment(
+def assessment_build(
     call: Call, prediction: Prediction, model_version: str, latency_ms: float, catalogue_version: str,
     library: ProtocolLibrary,
 ) -> TriageAssessment:
     return TriageAssessment(
-        **_protocol_fields(prediction.protocol, library),
+        **protocol_fields(prediction.protocol, library),
         patient_age=prediction.patient_age,
         call=call,
         predicted_esi=prediction.esi,
@@ -154,10 +154,11 @@ def _assessment(
         alternative_esi=uncertain_against(prediction),
         findings=[str(f) for f in prediction.findings],
         catalogue_version=catalogue_version,
+        narrative_revision=call.narrative_revision,
     )
 
 
-def _protocol_fields(choice: ProtocolChoice | None, library: ProtocolLibrary) -> dict:
+def protocol_fields(choice: ProtocolChoice | None, library: ProtocolLibrary) -> dict:
     """The selection as stored: the protocol's version and family from the library the guidance will read."""
     if choice is None:
         return {}

@@ -25,7 +25,7 @@ from triage.streams import control_publish_on_commit
 
 from .audit import Actor, SystemActor, audit_record
 from .dispatch import send_triage_task
-from .errors import InvalidTransition
+from .errors import Conflict, InvalidTransition
 from .webhooks import calls_webhook_on_commit
 
 logger = logging.getLogger(__name__)
@@ -52,9 +52,17 @@ def call_create(
     """Store a new call (status ``received``) and send it to triage on commit.
 
     Idempotent on (client, external_id): a retry gets the existing call and ``created=False``, also when
-    retries race — the unique constraint decides and the loser reads the winner's row.
+    retries race — the unique constraint decides and the loser reads the winner's row. A different body
+    under a used external_id is a ``Conflict`` naming the fields that differ: what a call system learns later
+    is an update (``call_updates.call_update_append``), never a silently ignored second post.
     """
+    intake = {
+        "transcript": transcript, "received_at": received_at.isoformat(), "caller_name": caller_name,
+        "caller_phone": caller_phone, "caller_relation": caller_relation, "location_address": location_address,
+        "location_lat": location_lat, "location_lon": location_lon,
+    }
     call = Call(
+        intake=intake,
         client=client,
         external_id=external_id,
         received_at=received_at,
@@ -83,8 +91,35 @@ def call_create(
         existing = Call.objects.filter(client=client, external_id=external_id).first()
         if existing is None:  # the violation was not the idempotency key
             raise
+        differing = intake_differences(existing, intake)
+        if differing:
+            raise Conflict(
+                f"external_id {external_id!r} was first posted with another {', '.join(differing)}; send what "
+                f"changed as an update (POST /api/v1/calls/{existing.pk}/updates/)",
+                fields={name: ["differs from the call first posted under this external_id"] for name in differing},
+                code="external_id_reused",
+            ) from None
         return existing, False
     return call, True
+
+
+def intake_differences(call: Call, posted: Mapping[str, Any]) -> list[str]:
+    """The intake fields in which ``posted`` differs from the body ``call`` was first posted with (its current
+    fields for a call stored before intakes were kept); times compare as instants."""
+    first = call.intake
+    if not first:  # stored before intakes were kept: compare with the call as it stands
+        first = {name: getattr(call, name) for name in posted}
+        first["received_at"] = call.received_at.isoformat()
+    differing = []
+    for name, value in posted.items():
+        before = first.get(name)
+        if name == "received_at":
+            same = datetime.fromisoformat(before) == datetime.fromisoformat(value)
+        else:
+            same = before == value
+        if not same:
+            differing.append(name)
+    return differing
 
 
 def call_transition_unsaved(call: Call, to_status: str, *, now: datetime) -> list[str]:

@@ -18,6 +18,7 @@ from triage.redis_clients import redis_bytes_client
 
 logger = logging.getLogger(__name__)
 TRIAGE_TASK = "triage.tasks.triage_call"
+RETRIAGE_TASK = "triage.tasks.retriage_call"
 
 
 def triage_task_pending_key(queue: str) -> str:
@@ -64,3 +65,16 @@ def _claim_task_slot(call_id: int) -> bool:
         return bool(redis_bytes_client().set(TRIAGE_TASK_PENDING_KEY, call_id, nx=True, px=int(ttl_s * 1000)))
     except RedisError:
         return True  # the publish will tell whether the broker (the same Redis) is really away
+
+
+def send_retriage_task(call_id: int) -> bool:
+    """Have the triage queue read a call again after new narrative (``retriage.call_retriage``). Not coalesced:
+    each task reads the whole narrative and a stale one stops at once. A broker outage is logged; the sweep
+    re-sends calls whose assessment read an older narrative."""
+    try:
+        celery_app.send_task(RETRIAGE_TASK, args=(call_id,))
+    except Exception:  # kombu raises several unrelated types when the broker is away
+        logger.warning("re-triage task for call %s not sent; the sweep will re-send it", call_id, exc_info=True,
+                       extra={"call_id": call_id})
+        return False
+    return True

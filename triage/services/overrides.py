@@ -47,7 +47,7 @@ def call_override_level(
         assessment.save(update_fields=[
             "override_esi", "overridden_by", "overridden_at", "override_reason", "override_disputed_reason",
         ])
-        _set_level(locked, level, reprioritise=True)
+        call_level_set(locked, level, reprioritise=True)
         audit_record(
             action=AuditAction.CALL_LEVEL_OVERRIDDEN, actor=user, call=locked,
             data={
@@ -82,7 +82,7 @@ def call_confirm_level(*, call: Call, level: int, user: AbstractBaseUser) -> Cal
         assessment.level_confirmed_by = user
         assessment.level_confirmed_at = timezone.now()
         assessment.save(update_fields=["level_confirmed_by", "level_confirmed_at"])
-        _set_level(locked, level, reprioritise=level != previous)
+        call_level_set(locked, level, reprioritise=level != previous)
         audit_record(
             action=AuditAction.CALL_LEVEL_CONFIRMED, actor=user, call=locked,
             data={"from_level": previous, "to_level": level, "verdict": assessment.predicted_esi,
@@ -103,9 +103,9 @@ def _locked_open_call(call: Call) -> Call:
     return locked
 
 
-def _set_level(locked: Call, level: int, *, reprioritise: bool) -> None:
-    """The new level and its tier; on commit the board refreshes and, with ``reprioritise``, the running
-    scheduler gets the new level."""
+def call_level_set(locked: Call, level: int, *, reprioritise: bool) -> None:
+    """Give a locked call ``level`` and its tier (a dispatcher's change here, a re-triage's raise in
+    ``retriage``); on commit the board refreshes and, with ``reprioritise``, the running scheduler gets it."""
     locked.level = level
     locked.tier = tier_for_level(level)
     locked.save(update_fields=["level", "tier"])

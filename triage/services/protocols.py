@@ -27,7 +27,7 @@ from triage.realtime import call_changed_on_commit
 from triage.roles import is_dispatcher
 from triage.streams import control_publish_on_commit
 
-from .audit import audit_record
+from .audit import Actor, audit_record
 from .errors import Conflict, NotAllowed, field_error
 from .recovery import call_requeue
 from .webhooks import WebhookEvent, calls_webhook_on_commit
@@ -64,7 +64,7 @@ def call_switch_protocol(*, call: Call, protocol: str, user: AbstractBaseUser) -
             data={"from": previous, "to": chosen.id, "version": chosen.version, "library": library.label,
                   "generation": locked.guidance_generation},
         )
-        _regenerate(locked, user)
+        guidance_regenerate(locked, user)
         call_changed_on_commit(locked.pk)
         calls_webhook_on_commit([locked], event=WebhookEvent.PROTOCOL_SWITCHED, details={
             "protocol": chosen.id, "from_protocol": previous, "by": user.get_username()})
@@ -72,10 +72,11 @@ def call_switch_protocol(*, call: Call, protocol: str, user: AbstractBaseUser) -
     return locked
 
 
-def _regenerate(call: Call, user: AbstractBaseUser) -> None:
+def guidance_regenerate(call: Call, actor: Actor) -> None:
+    """Generate a locked call's guidance again after its protocol changed (a dispatcher's switch, or a re-triage's)."""
     if call.status == CallStatus.DONE:
         # The worker is done with it and acknowledged its entry: a new entry brings it back, at its arrival.
-        call_requeue(call=call, actor=user, reason="protocol switched")
+        call_requeue(call=call, actor=actor, reason="protocol switched")
     elif call.status in BEFORE_STREAM_STATUSES:
         return  # not in the inference stream yet: the worker reads the new plan when it admits the call
     else:

@@ -63,8 +63,8 @@ DELIVER_TASK = "triage.tasks.deliver_webhook"  # published by name: services nev
 
 class WebhookEvent(StrEnum):
     TRIAGED = "call.triaged"
-    LEVEL_CHANGED = "call.level_changed"  # a dispatcher overrode or confirmed another level
-    PROTOCOL_SWITCHED = "call.protocol_switched"  # a dispatcher switched it: the guidance is generated again
+    LEVEL_CHANGED = "call.level_changed"  # a dispatcher overrode or confirmed another level, or a re-triage raised it
+    PROTOCOL_SWITCHED = "call.protocol_switched"  # a dispatcher or a re-triage switched it: the guidance is redone
     DONE = "call.done"
     FAILED = "call.failed"
     CANCELLED = "call.cancelled"

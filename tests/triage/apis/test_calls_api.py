@@ -21,10 +21,21 @@ def test_post_creates_a_received_call_and_returns_201_with_its_location(redis_co
 def test_a_retried_post_returns_200_and_the_same_call(redis_conn, api):
     payload = call_payload()
     first = api.post(URL, payload, format="json")
-    again = api.post(URL, {**payload, "transcript": "a different text"}, format="json")
+    again = api.post(URL, payload, format="json")
     assert (first.status_code, again.status_code) == (201, 200)
     assert again.json()["id"] == first.json()["id"]
     assert Call.objects.count() == 1
+
+
+def test_a_changed_body_under_a_used_external_id_is_a_409_naming_the_fields(redis_conn, api):
+    payload = call_payload()
+    first = api.post(URL, payload, format="json").json()
+    again = api.post(URL, {**payload, "transcript": "a different text", "caller_phone": "0"}, format="json")
+    assert again.status_code == 409
+    error = again.json()["error"]
+    assert error["code"] == "external_id_reused" and set(error["fields"]) == {"transcript", "caller_phone"}
+    assert f"/api/v1/calls/{first['id']}/updates/" in error["message"]
+    assert Call.objects.get().transcript == payload["transcript"]
 
 
 def test_optional_fields_may_be_left_out(redis_conn, api):

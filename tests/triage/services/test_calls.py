@@ -1,12 +1,14 @@
 from datetime import timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.utils import timezone
 
 from tests.triage.factories import make_call
 from triage.models import AuditEvent, Call, CallStatus
+from triage.services.call_updates import call_update_append
 from triage.services.calls import call_cancel, call_create, call_transition
-from triage.services.errors import InvalidTransition
+from triage.services.errors import Conflict, InvalidTransition
 from triage.streams import control_channel
 
 pytestmark = pytest.mark.django_db
@@ -22,13 +24,40 @@ def test_call_create_stores_a_received_call_and_its_audit_row(client_and_token):
     assert (event.action, event.to_status, event.actor) == ("call.created", "received", "client:cad-main")
 
 
-def test_call_create_twice_with_one_external_id_returns_the_first_call(client_and_token):
+def test_call_create_twice_with_one_external_id_and_body_returns_the_first_call(client_and_token):
     client, _ = client_and_token
-    first, created_first = call_create(client=client, external_id="A-1", received_at=timezone.now(), transcript="x")
-    again, created_again = call_create(client=client, external_id="A-1", received_at=timezone.now(), transcript="y")
+    when = timezone.now()
+    first, created_first = call_create(client=client, external_id="A-1", received_at=when, transcript="x")
+    # the same instant written in another zone is the same body
+    again, created_again = call_create(client=client, external_id="A-1", received_at=when.astimezone(ZoneInfo("America/Chicago")),
+                                       transcript="x")
     assert (created_first, created_again) == (True, False)
-    assert again.pk == first.pk and again.transcript == "x"
+    assert again.pk == first.pk
     assert Call.objects.count() == 1 and AuditEvent.objects.filter(action="call.created").count() == 1
+
+
+def test_another_body_under_a_used_external_id_is_a_conflict_naming_what_differs(client_and_token):
+    client, _ = client_and_token
+    when = timezone.now()
+    first, _ = call_create(client=client, external_id="A-1", received_at=when, transcript="x", caller_phone="1")
+    with pytest.raises(Conflict) as error:
+        call_create(client=client, external_id="A-1", received_at=when + timedelta(seconds=1), transcript="y",
+                    caller_phone="1")
+    assert set(error.value.fields) == {"transcript", "received_at"}
+    assert error.value.code == "external_id_reused" and f"calls/{first.pk}/updates/" in error.value.message
+    assert Call.objects.get().transcript == "x"
+
+
+def test_a_retry_of_the_first_post_still_matches_after_updates_grew_the_call(client_and_token):
+    client, _ = client_and_token
+    when = timezone.now()
+    first, _ = call_create(client=client, external_id="A-1", received_at=when, transcript="x", location_lat=1.0,
+                           location_lon=2.0)
+    call_update_append(call=first, update_id="u1", received_at=when, actor=client, narrative="more",
+                       location_lat=1.5, location_lon=2.5)
+    again, created = call_create(client=client, external_id="A-1", received_at=when, transcript="x", location_lat=1.0,
+                                 location_lon=2.0)
+    assert (again.pk, created, again.transcript) == (first.pk, False, "x\nmore")
 
 
 def test_the_same_external_id_from_two_clients_is_two_calls(make_api_client):

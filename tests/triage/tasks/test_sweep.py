@@ -13,8 +13,9 @@ from rest_framework.test import APIClient
 from config.celery import app as celery_app
 from tests.fixtures.services import stream_entries, wait_until
 from tests.triage.factories import call_payload, make_call
-from triage.models import Call, CallStatus
+from triage.models import Call, CallStatus, CallUpdate
 from triage.services.assessments import call_triage_record
+from triage.services.call_updates import call_update_append
 from triage.streams import inference_stream
 from triage.tasks import sweep_stuck_calls
 
@@ -84,8 +85,26 @@ def test_the_sweep_leaves_queued_and_recent_calls_alone(redis_conn, monkeypatch)
     monkeypatch.setattr("triage.tasks.send_triage_task", lambda call_id: sent.append(call_id) or True)
     recent, old = make_call(), make_call()
     _age([old.pk])
-    assert sweep_stuck_calls() == {"received": 1, "resent": 1, "triaged": 0, "queued": 0, "restreamed": 0}
+    assert sweep_stuck_calls() == {"received": 1, "resent": 1, "triaged": 0, "queued": 0, "restreamed": 0,
+                                   "unread_narrative": 0}
     assert sent == [old.pk] and recent.pk not in sent
+
+
+@pytest.mark.django_db
+def test_a_call_whose_re_triage_task_was_lost_is_read_again_by_the_sweep(triage_predictor, redis_conn, monkeypatch):
+    call = make_call(transcript="my neighbour is not well")
+    [prediction] = triage_predictor.predict([call.transcript])
+    call_triage_record(call=call, prediction=prediction, model_version=triage_predictor.version, latency_ms=1)
+    monkeypatch.setattr("triage.services.call_updates.send_retriage_task", lambda call_id: False)  # broker away
+    for update_id, when in (("u1", 120), ("u2", 1)):
+        update, _ = call_update_append(call=call, update_id=update_id, received_at=timezone.now(),
+                                       actor="system:test", narrative="she fell")
+        CallUpdate.objects.filter(pk=update.pk).update(created_at=timezone.now() - timedelta(seconds=when))
+    sent = []
+    monkeypatch.setattr("triage.tasks.send_retriage_task", lambda call_id: sent.append(call_id) or True)
+    assert sweep_stuck_calls()["unread_narrative"] == 0 and sent == []  # its last update is recent: its own task
+    CallUpdate.objects.filter(call=call).update(created_at=timezone.now() - timedelta(seconds=120))
+    assert sweep_stuck_calls()["unread_narrative"] == 1 and sent == [call.pk]
 
 
 def _queued_calls(predictor, n, django_capture_on_commit_callbacks):
