@@ -7,30 +7,21 @@ them up). The board answers through the proxy; /metrics does not."""
 
 from __future__ import annotations
 
-import contextlib
 import http.client
 import json
-import os
 import ssl
-import subprocess
-import sys
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import psutil
 import pytest
 
-from tests.fixtures.predictors import predictor_env
-from tests.fixtures.services import database_url_for_test_db
-from tools.stack import free_port, proxy_root_certificate
+from tests.fixtures.production_stack import production_like_stack
 from triage.call_status import CallStatus
 from triage.models import Call
 
-REPO = Path(__file__).resolve().parents[2]
 OTHER_STREAMS = 50
 ROUTINE = "I twisted my ankle stepping off the kerb yesterday, it is a bit swollen but I can walk on it"
 URGENT = "my husband collapsed, he is not breathing and his lips are blue"
@@ -115,31 +106,12 @@ def _get(port: int, context: ssl.SSLContext, path: str) -> http.client.HTTPRespo
 @pytest.mark.slow
 def test_through_the_proxy_a_call_streams_token_by_token_while_50_streams_are_open_and_calls_are_accepted(
         tiny_guidance_model, trained_predictors_dir, redis_conn, settings, tmp_path):
-    assert (REPO / "var" / "tools" / "caddy").exists(), "Caddy is missing: make caddy (bin/ensure-caddy)"
-    suffix = uuid.uuid4().hex[:8]
-    port = free_port()
-    env = {**os.environ, "DATABASE_URL": database_url_for_test_db(), "DATABASE_CONN_MAX_AGE": "0",
-           "REDIS_URL": settings.REDIS_URL, "INFERENCE_MODEL": str(tiny_guidance_model),
-           "TRIAGE_VAR_DIR": str(tmp_path), "TRIAGE_INFERENCE_STREAM": f"test:prodlike:{suffix}",
-           "TRIAGE_CONTROL_CHANNEL": f"test:prodlike-control:{suffix}", "TRIAGE_SWEEP_STUCK_AFTER_S": "3600",
-           **predictor_env(trained_predictors_dir)}
-    for name in ("DJANGO_DEBUG", "DJANGO_SECURE_SSL_REDIRECT", "DJANGO_SECURE_COOKIES", "DJANGO_SECURE_HSTS_SECONDS"):
-        env.pop(name, None)  # production's settings, as the command gives them
-    output = tmp_path / "demo.out"
-    log = open(output, "w+")  # noqa: SIM115 - read back below
-    demo = subprocess.Popen([sys.executable, str(REPO / "manage.py"), "demo", "--production-like", "--no-replay",
-                             "--port", str(port)], env=env, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
-    engine = None
-    try:
-        deadline = time.monotonic() + 240
-        while "running; Ctrl-C stops everything" not in output.read_text():
-            assert demo.poll() is None and time.monotonic() < deadline, output.read_text()
-            time.sleep(0.5)
-        names = " ".join(" ".join(p.cmdline()) for p in psutil.Process(demo.pid).children(recursive=True))
+    with production_like_stack(tmp_path=tmp_path, redis_url=settings.REDIS_URL, guidance_model=tiny_guidance_model,
+                               predictors_dir=trained_predictors_dir) as stack:
+        port, token, context = stack.port, stack.token, stack.context
+        names = " ".join(" ".join(p.cmdline()) for p in stack.processes())
         for process in ("caddy", "gunicorn", "daphne", "celery", "run_inference_worker"):
             assert process in names, names
-        token = (tmp_path / "demo-api-token").read_text().strip()
-        context = ssl.create_default_context(cafile=str(proxy_root_certificate(tmp_path / "proxy")))
 
         # the board through the proxy, as https (production's settings: no redirect loop, no DEBUG page)
         assert _get(port, context, "/").status == 302
@@ -149,8 +121,7 @@ def test_through_the_proxy_a_call_streams_token_by_token_while_50_streams_are_op
         # The inference worker is held (SIGSTOP, as a GPU busy elsewhere would hold it) while 50 routine calls and
         # then an urgent one are posted: their streams open and wait. Let go, the engine starts the urgent call
         # first, and its tokens stream while the 50 others are still open.
-        engine = next(p for p in psutil.Process(demo.pid).children(recursive=True)
-                      if "run_inference_worker" in " ".join(p.cmdline()))
+        engine = next(p for p in stack.processes() if "run_inference_worker" in " ".join(p.cmdline()))
         engine.suspend()
         with ThreadPoolExecutor(8) as pool:
             posted = list(pool.map(lambda _: _post_call(port, context, token, ROUTINE), range(OTHER_STREAMS)))
@@ -192,11 +163,3 @@ def test_through_the_proxy_a_call_streams_token_by_token_while_50_streams_are_op
         conn.request("GET", signed.removeprefix(f"https://127.0.0.1:{port}"))
         response = conn.getresponse()
         assert response.status == 200 and b"event: replay" in response.read()
-    finally:
-        if engine is not None:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                engine.resume()  # a stopped process would sit out the stack's SIGTERM
-        if demo.poll() is None:
-            demo.terminate()
-            demo.wait(timeout=120)
-        log.close()
