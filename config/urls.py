@@ -27,4 +27,6 @@ urlpatterns = [
     path("calls/<int:pk>/cancel/", views.call_cancel_view, name="call-cancel"),
     path("calls/<int:pk>/retry/", views.call_retry_view, name="call-retry"),
     path("calls/<int:pk>/protocol/", views.call_protocol_view, name="call-protocol"),
+    path("calls/<int:pk>/claim/", views.call_claim_view, name="call-claim"),
+    path("calls/<int:pk>/assign/", views.call_assign_view, name="call-assign"),
 ]

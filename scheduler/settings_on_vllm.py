@@ -66,6 +66,8 @@ TIER_SETTINGS: Mapping[str, OnVllm] = {
     "reserved_kv_fraction": _not_applying("vLLM's KV cache has no per-tier reservation"),
     "aging_step_s": _honoured("per request, by the router and the plug-in"),
     "aging_ceiling_level": _honoured("per request, by the router and the plug-in"),
+    "alert_repeat_s": _honoured("the board"),
+    "acknowledge_within_s": _honoured("the board"),
 }
 
 

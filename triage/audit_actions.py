@@ -23,6 +23,7 @@ class AuditAction(models.TextChoices):
     CALL_UPDATED = "call.updated"  # the call system sent narrative, a location or a callback number
     CALL_RETRIAGED = "call.retriaged"  # new narrative was read again (the level raised, kept, or held)
     CALL_ACKNOWLEDGED = "call.acknowledged"
+    CALL_ASSIGNED = "call.assigned"  # claimed by a dispatcher, assigned or released
     CALL_CLOSED = "call.closed"
     API_CLIENT_CREATED = "api_client.created"
     API_CLIENT_ROTATED = "api_client.rotated"

@@ -49,6 +49,16 @@ class CloseForm(forms.Form):
     )
 
 
+class AssignForm(forms.Form):
+    """A supervisor's assignment (or a release: empty); the choices are the active dispatchers, read when made."""
+
+    assigned_to = forms.TypedChoiceField(label="Assign to", required=False, coerce=int, empty_value=None)
+
+    def __init__(self, *args: object, choices: list[tuple[int, str]], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["assigned_to"].choices = [("", "nobody"), *choices]
+
+
 class CancelForm(forms.Form):
     reason = forms.CharField(label="Reason (optional)", max_length=300, required=False)
 

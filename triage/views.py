@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from triage.forms import (
     OUTCOME_SUGGESTIONS,
+    AssignForm,
     CancelForm,
     CloseForm,
     ConfirmLevelForm,
@@ -34,6 +35,7 @@ from triage.models import FINAL_STATUSES, SWITCHABLE_STATUSES, Call, CallStatus
 from triage.roles import has_any_role, is_dispatcher, is_supervisor
 from triage.selectors.dispatch_priorities import call_dispatch_priority
 from triage.selectors.queue import board_vocabulary, is_live, protocol_choices, protocol_state
+from triage.services.assignments import call_assign, call_claim, dispatchers
 from triage.services.board import call_acknowledge, call_close
 from triage.services.calls import call_cancel
 from triage.services.errors import DomainError
@@ -63,6 +65,10 @@ def _call_context(request: HttpRequest, call: Call) -> dict:
         "can_cancel": call.is_active,
         "can_retry": call.status == CallStatus.FAILED and getattr(call, "assessment", None) is not None,
         "can_close": call.status in FINAL_STATUSES and call.closed_at is None,
+        "can_claim": call.closed_at is None and call.assigned_to_id is None,
+        "can_release": call.closed_at is None and call.assigned_to_id == request.user.pk,
+        "can_assign": call.closed_at is None and is_supervisor(request.user),
+        "assignable": dispatchers() if is_supervisor(request.user) else [],
         "override_form": OverrideForm(initial={"level": call.level}),
         "can_switch_protocol": call.status in SWITCHABLE_STATUSES and getattr(call, "assessment", None) is not None,
         "protocol_choices": protocol_choices(),
@@ -73,7 +79,7 @@ def _call_context(request: HttpRequest, call: Call) -> dict:
 
 
 def _get_call(pk: int) -> Call:
-    return get_object_or_404(Call.objects.select_related("tier", "assessment", "acknowledged_by"), pk=pk)
+    return get_object_or_404(Call.objects.select_related("tier", "assessment", "acknowledged_by", "assigned_to"), pk=pk)
 
 
 @login_required
@@ -266,3 +272,27 @@ def call_protocol_view(request: HttpRequest, pk: int) -> HttpResponse:
         return f"Call {call.pk} now follows {dict(protocol_choices())[data['protocol']]}; its guidance is generated again."
 
     return _action(request, pk, lambda post: ProtocolForm(post, choices=protocol_choices()), perform)
+
+
+@login_required
+@require_POST
+def call_claim_view(request: HttpRequest, pk: int) -> HttpResponse:
+    def perform(call: Call, data: dict) -> str:
+        call_claim(call=call, user=request.user)
+        return f"You work call {call.pk}."
+
+    return _action(request, pk, None, perform)
+
+
+@login_required
+@require_POST
+def call_assign_view(request: HttpRequest, pk: int) -> HttpResponse:
+    people = {user.pk: user for user in dispatchers()}
+
+    def perform(call: Call, data: dict) -> str:
+        to = people.get(data["assigned_to"]) if data.get("assigned_to") else None
+        call_assign(call=call, to=to, by=request.user)
+        return f"Call {call.pk} is worked by {to.get_username()}." if to else f"Nobody works call {call.pk} now."
+
+    choices = [(pk_, user.get_username()) for pk_, user in people.items()]
+    return _action(request, pk, lambda post: AssignForm(post, choices=choices), perform)

@@ -21,7 +21,7 @@ const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(
 const state = {
   calls: new Map(), tiers: new Map(), agingEnabled: false,
   seq: null, awaitingSnapshot: true, snapshots: 0, clockOffsetMs: 0,
-  selectedId: null, alerted: new Set(), metrics: null, metricsHistory: [],
+  selectedId: null, alerted: new Set(), metrics: null, metricsHistory: [], escalated: new Set(),
 };
 window.triageBoard = state; // for people debugging in the console, and for the browser tests
 
@@ -58,6 +58,7 @@ function scheduleReconnect() {
     setConn("lost", `Disconnected · retry in ${left} s`);
   };
   show();
+  connectionAlarmStart();
   const countdown = setInterval(show, 1000);
   reconnectTimer = setTimeout(() => { clearInterval(countdown); connect(); }, delay);
 }
@@ -99,7 +100,9 @@ function applySnapshot(snap) {
   root.dataset.seq = String(state.seq);
   root.dataset.live = "1";
   hideOverlay();
+  connectionAlarmStop();
   setConn("live", "Live");
+  alertTick();
   scheduleRender();
 }
 
@@ -226,44 +229,107 @@ function protocolHtml(call) {
   return `<br><small class="protocol">Protocol: ${esc(p.title)}${confidence}${also}</small>`;
 }
 
-function rowHtml(call, now) {
+// A row's class and cells. The timer cell is the ticking clock (tickTimers), patched like the others.
+function rowClass(call) {
+  const escalated = state.escalated.has(call.id) ? " escalated" : "";
+  return `call-row esi-row-${call.level ?? "none"}${call.id === state.selectedId ? " selected" : ""}${escalated}`;
+}
+
+function rowCells(call, now) {
   const tier = state.tiers.get(call.tier_id);
-  const selected = call.id === state.selectedId;
   const preempt = call.preemption_count ? ` <span class="preempts" title="Preempted ${call.preemption_count} times">${call.preemption_count}× preempted</span>` : "";
   const ack = call.acknowledged ? " <span class=\"ack\" title=\"Acknowledged\">✔ ack</span>" : "";
-  return `<tr data-id="${call.id}" class="call-row esi-row-${call.level ?? "none"}${selected ? " selected" : ""}"${selected ? " aria-current=\"true\"" : ""}>
-    <td>${esiBadge(call, now)}</td>
-    <td><a href="/calls/${call.id}/" data-select="${call.id}">#${call.id}</a><br><small class="muted">${esc(call.external_id)}</small></td>
-    <td class="summary">${esc(call.summary)}${protocolHtml(call)}${reasonsHtml(call)}${call.location ? `<br><small class="muted">${esc(call.location)}</small>` : ""}</td>
-    <td><span class="status status-${call.status}">${STATUS_LABEL[call.status] || esc(call.status)}</span>${preempt}${ack}</td>
-    <td data-timer="${call.id}">${timerHtml(call, now)}</td>
-    <td>${tier ? `<span class="swatch" style="background:${esc(tier.colour)}" aria-hidden="true"></span> ${esc(tier.name)}` : "–"}</td>
-  </tr>`;
+  const overdue = state.escalated.has(call.id) ? " <span class=\"overdue\" title=\"Not acknowledged within its tier's time: escalated to the supervisors\">not acknowledged</span>" : "";
+  const claimed = call.assigned_to ? ` <span class="claimed" title="Being worked by ${esc(call.assigned_to)}">${esc(call.assigned_to)}</span>` : "";
+  return [
+    esiBadge(call, now),
+    `<a href="/calls/${call.id}/" data-select="${call.id}" tabindex="-1">#${call.id}</a><br><small class="muted">${esc(call.external_id)}</small>${claimed}`,
+    `${esc(call.summary)}${protocolHtml(call)}${reasonsHtml(call)}${call.location ? `<br><small class="muted">${esc(call.location)}</small>` : ""}`,
+    `<span class="status status-${call.status}">${STATUS_LABEL[call.status] || esc(call.status)}</span>${preempt}${ack}${overdue}`,
+    timerHtml(call, now),
+    tier ? `<span class="swatch" style="background:${esc(tier.colour)}" aria-hidden="true"></span> ${esc(tier.name)}` : "–",
+  ];
+}
+
+const CELL_CLASS = ["", "", "summary", "", "", ""];
+
+function newRow(id) {
+  const tr = document.createElement("tr");
+  tr.dataset.id = String(id);
+  tr.tabIndex = -1;  // focusable by script (the selected row takes focus), not a tab stop of its own
+  for (const cls of CELL_CLASS) {
+    const td = document.createElement("td");
+    if (cls) td.className = cls;
+    tr.append(td);
+  }
+  tr.cells[4].dataset.timer = String(id);
+  return tr;
+}
+
+// Keyed update: each call keeps its <tr> for as long as it is shown; a cell is rewritten only when its content
+// changed, and rows are moved into order without being re-created. Keyboard focus and a screen reader's place
+// survive the board's updates (up to 4 a second in a burst), which a rebuild with innerHTML wiped each time.
+function patchRows(tbody, calls, now, emptyText) {
+  const focused = document.activeElement;
+  const focusedId = focused && focused.closest ? focused.closest("tr[data-id]")?.dataset.id : undefined;
+  const existing = new Map();
+  for (const tr of tbody.querySelectorAll(":scope > tr")) {
+    if (tr.dataset.id) existing.set(tr.dataset.id, tr); else tr.remove();  // the "no calls" placeholder
+  }
+  let cursor = tbody.firstElementChild;
+  for (const call of calls) {
+    const key = String(call.id);
+    let tr = existing.get(key);
+    existing.delete(key);
+    if (!tr) tr = newRow(call.id);
+    const cls = rowClass(call);
+    if (tr.className !== cls) tr.className = cls;
+    const selected = call.id === state.selectedId;
+    if (selected !== tr.hasAttribute("aria-current")) {
+      if (selected) tr.setAttribute("aria-current", "true"); else tr.removeAttribute("aria-current");
+    }
+    rowCells(call, now).forEach((html, i) => {
+      const td = tr.cells[i];
+      if (td.dataset.html !== html) { td.innerHTML = html; td.dataset.html = html; }
+    });
+    if (tr === cursor) cursor = cursor.nextElementSibling;
+    else tbody.insertBefore(tr, cursor);  // moves the row (or inserts a new one) before the cursor
+  }
+  for (const tr of existing.values()) tr.remove();
+  if (!calls.length && emptyText) tbody.innerHTML = `<tr><td colspan="6" class="muted">${esc(emptyText)}</td></tr>`;
+  // A row moved ahead of others was detached for a moment, which drops focus: give it back.
+  if (focusedId !== undefined && document.activeElement !== focused) {
+    const again = focused.isConnected ? focused : tbody.querySelector(`tr[data-id="${focusedId}"]`);
+    if (again) again.focus({ preventScroll: true });
+  }
 }
 
 function render() {
   const now = nowMs();
   const { active, finished } = queueOrder();
-  $("queue-body").innerHTML = active.length
-    ? active.slice(0, MAX_QUEUE_ROWS).map((c) => rowHtml(c, now)).join("")
-    : "<tr><td colspan=\"6\" class=\"muted\">No calls waiting.</td></tr>";
+  patchRows($("queue-body"), active.slice(0, MAX_QUEUE_ROWS), now, "No calls waiting.");
   $("queue-more").textContent = active.length > MAX_QUEUE_ROWS ? `…and ${active.length - MAX_QUEUE_ROWS} more (search to find them)` : "";
   $("queue-count").textContent = `(${active.length})`;
-  $("done-body").innerHTML = finished.slice(0, MAX_DONE_ROWS).map((c) => rowHtml(c, now)).join("");
+  patchRows($("done-body"), finished.slice(0, MAX_DONE_ROWS), now, "");
   $("done-count").textContent = `(${finished.length})`;
+  renderEscalations();
 }
 
 function tickTimers() {
   const now = nowMs();
   for (const cell of document.querySelectorAll("[data-timer]")) {
     const call = state.calls.get(Number(cell.dataset.timer));
-    if (call && !call.done_at) cell.innerHTML = timerHtml(call, now);
+    if (call && !call.done_at) {
+      const html = timerHtml(call, now);
+      if (cell.dataset.html !== html) { cell.innerHTML = html; cell.dataset.html = html; }
+    }
   }
 }
 
 let ticks = 0;
 setInterval(() => {
   tickTimers();
+  alertTick();
   ticks += 1;
   if (state.agingEnabled && ticks % 4 === 0) scheduleRender(); // a level change the server announced may be due
 }, TICK_MS);
@@ -328,7 +394,7 @@ function select(id) {
     const on = Number(row.dataset.id) === id;
     row.classList.toggle("selected", on);
     if (on) row.setAttribute("aria-current", "true"); else row.removeAttribute("aria-current");
-    if (on) row.scrollIntoView({ block: "nearest" });
+    if (on) { row.scrollIntoView({ block: "nearest" }); row.focus({ preventScroll: true }); }
   }
   loadPanel();
   openGuidance(id);
@@ -399,35 +465,104 @@ function openGuidance(id) {
 
 function setGuidanceState(s) { $("guidance-state").textContent = s ? `(${s})` : ""; }
 
-// --- alerts: banner and opt-in sound for new ESI 1–2 calls ----------------------------------------------
+// --- alerts: sound by priority until acknowledged, escalation, the connection alarm -------------------------
+//
+// The centre's policy is data on the tiers (admin): an unacknowledged call sounds every ``alert_repeat_s`` of its
+// tier (0: silent) until someone acknowledges it, and escalates to the supervisors when nobody has within
+// ``acknowledge_within_s`` of its triage (0: never). Every board computes both from the same server data, so
+// every dispatcher and supervisor sees the same escalations. Sound is on unless this browser switched it off;
+// a browser that blocks audio until the first click is named on the board until then. When the live
+// connection drops, a distinct alarm sounds until the board is live again: a silent board is the worst failure.
 
+const SOUND_KEY = "triage.sound";
+const CONNECTION_ALARM_MS = 4000;
+const TONES = {  // kind: [frequencies, seconds each]
+  esi1: [[988, 988, 988], 0.16], esi2: [[880, 880], 0.18], call: [[660], 0.25],
+  escalation: [[660, 990, 660, 990], 0.15], connection: [[440, 330, 440, 330], 0.25],
+};
 let audio = null;
 const soundToggle = $("sound-toggle");
-soundToggle.checked = localStorage.getItem("triage.sound") === "1";
+const soundOn = () => localStorage.getItem(SOUND_KEY) !== "0";
+soundToggle.checked = soundOn();
 soundToggle.addEventListener("change", () => {
-  localStorage.setItem("triage.sound", soundToggle.checked ? "1" : "0");
-  if (soundToggle.checked) { ensureAudio(); beep(); } // the click is the user gesture audio needs
+  localStorage.setItem(SOUND_KEY, soundToggle.checked ? "1" : "0");
+  if (soundToggle.checked) play("call");
+  showSoundState();
 });
+state.sounds = [];  // what sounded: {kind, id, at}; the browser tests read it
+state.lastAlert = new Map();  // call id -> when it last sounded
 
 function ensureAudio() {
   if (!audio) audio = new (window.AudioContext || window.webkitAudioContext)();
-  if (audio.state === "suspended") audio.resume();
+  if (audio.state === "suspended") audio.resume().then(showSoundState, () => {});
   return audio;
 }
 
-function beep() {
-  if (!soundToggle.checked) return;
+// The first click or key on the page lets a browser that blocks autoplay play our sounds.
+for (const type of ["pointerdown", "keydown"]) document.addEventListener(type, () => { if (soundOn()) ensureAudio(); }, { capture: true });
+
+function showSoundState() {
+  const blocked = soundOn() && (!audio || audio.state !== "running");
+  $("sound-blocked").hidden = !blocked;
+  state.audioState = audio ? audio.state : "none";
+}
+
+function play(kind, id = null) {
+  if (!soundOn()) return;
+  state.sounds.push({ kind, id, at: Date.now() });
+  if (state.sounds.length > 500) state.sounds.shift();
   const ctx = ensureAudio();
-  const osc = ctx.createOscillator();
-  const gain = ctx.createGain();
-  osc.type = "square";
-  osc.frequency.value = 880;
-  gain.gain.setValueAtTime(0.0001, ctx.currentTime);
-  gain.gain.exponentialRampToValueAtTime(0.2, ctx.currentTime + 0.02);
-  gain.gain.exponentialRampToValueAtTime(0.0001, ctx.currentTime + 0.35);
-  osc.connect(gain).connect(ctx.destination);
-  osc.start();
-  osc.stop(ctx.currentTime + 0.4);
+  showSoundState();
+  const [frequencies, each] = TONES[kind];
+  frequencies.forEach((frequency, i) => {
+    const start = ctx.currentTime + i * each * 1.2;
+    const osc = ctx.createOscillator();
+    const gain = ctx.createGain();
+    osc.type = "square";
+    osc.frequency.value = frequency;
+    gain.gain.setValueAtTime(0.0001, start);
+    gain.gain.exponentialRampToValueAtTime(0.2, start + 0.02);
+    gain.gain.exponentialRampToValueAtTime(0.0001, start + each);
+    osc.connect(gain).connect(ctx.destination);
+    osc.start(start);
+    osc.stop(start + each + 0.05);
+  });
+}
+
+function toneOf(call) { return call.level === 1 ? "esi1" : call.level === 2 ? "esi2" : "call"; }
+
+// Every tick: which unacknowledged calls are due to sound again, and which are overdue for acknowledgement.
+function alertTick() {
+  if (root.dataset.live !== "1") return;  // the connection alarm speaks for a board that is not live
+  const now = nowMs();
+  const escalated = new Set();
+  for (const call of state.calls.values()) {
+    if (call.acknowledged || call.level === null || call.status === STATUS.CANCELLED) continue;
+    const tier = state.tiers.get(call.tier_id);
+    if (!tier) continue;
+    const since = Date.parse(call.triaged_at || call.created_at);
+    if (tier.acknowledge_within_s > 0 && now - since > tier.acknowledge_within_s * 1000) escalated.add(call.id);
+    if (tier.alert_repeat_s > 0 && now - (state.lastAlert.get(call.id) ?? -Infinity) >= tier.alert_repeat_s * 1000) {
+      state.lastAlert.set(call.id, now);
+      play(toneOf(call), call.id);
+    }
+  }
+  const fresh = [...escalated].filter((id) => !state.escalated.has(id));
+  const changed = fresh.length || [...state.escalated].some((id) => !escalated.has(id));
+  state.escalated = escalated;
+  if (fresh.length && root.dataset.supervisor === "1") play("escalation", fresh[0]);
+  if (changed) scheduleRender();
+}
+
+function renderEscalations() {
+  const box = $("escalations");
+  const calls = [...state.escalated].map((id) => state.calls.get(id)).filter(Boolean);
+  box.hidden = !calls.length;
+  if (!calls.length) { box.innerHTML = ""; return; }
+  const who = root.dataset.supervisor === "1" ? "Supervisor: " : "";
+  const html = `<strong>${who}${calls.length} call${calls.length > 1 ? "s" : ""} not acknowledged in time</strong> ` +
+    calls.map((c) => `<button type="button" data-select="${c.id}">ESI ${c.level} #${c.id}</button>`).join(" ");
+  if (box.dataset.html !== html) { box.innerHTML = html; box.dataset.html = html; }
 }
 
 function announceUrgent(call) {
@@ -436,8 +571,15 @@ function announceUrgent(call) {
     <button type="button" data-select="${call.id}">Show</button> <button type="button" data-dismiss-banner>Dismiss</button>`;
   banner.className = `banner banner-esi-${call.level}`;
   banner.hidden = false;
-  beep();
 }
+
+let connectionAlarm = null;
+function connectionAlarmStart() {
+  if (connectionAlarm || state.snapshots === 0) return;  // not before the board was live once
+  play("connection");
+  connectionAlarm = setInterval(() => play("connection"), CONNECTION_ALARM_MS);
+}
+function connectionAlarmStop() { clearInterval(connectionAlarm); connectionAlarm = null; }
 
 // --- overlay and connection indicator ----------------------------------------------------------------
 
@@ -509,6 +651,67 @@ const shortcutsBox = $("shortcuts-enabled");
 shortcutsBox.checked = shortcutsOn();
 shortcutsBox.addEventListener("change", () => localStorage.setItem(SHORTCUTS_KEY, shortcutsBox.checked ? "on" : "off"));
 
+// --- the command line: what CAD dispatchers type ----------------------------------------------------------
+//
+// "/" (or a click) focuses it; Enter runs one command on the selected call, through the same forms the buttons
+// submit (so the server's rules, audit and answers are the same): "#123" or "123" selects a call, "O 2 reason"
+// overrides the level, "A" acknowledges, "V" confirms a held verdict, "C outcome" closes (without an outcome:
+// the close dialog), "P protocol" switches the protocol, "R" retries, "X" cancels, "M" claims.
+const commandInput = $("command");
+const commandResult = $("command-result");
+
+function setForm(form, values) {
+  for (const [name, value] of Object.entries(values)) form.elements[name].value = value;
+  form.requestSubmit();
+}
+
+function panelForm(kind) {
+  const panel = $("call-panel").querySelector(".call-panel");
+  if (!panel || Number(panel.dataset.callId) !== state.selectedId) return null;
+  return panel.querySelector(`form[data-action="${kind}"]`);
+}
+
+function runCommand(text) {
+  const [verb = "", ...rest] = text.trim().split(/\s+/);
+  const arg = rest.join(" ");
+  const id = verb.replace(/^#/, "");
+  if (/^\d+$/.test(id)) {
+    if (!state.calls.has(Number(id))) return `No live call #${id} on the board`;
+    select(Number(id));
+    return `Call #${id} selected`;
+  }
+  if (state.selectedId === null) return "Select a call first (j/k, a click, or #id)";
+  const kind = { O: "override", A: "acknowledge", V: "confirm", C: "close", P: "protocol", R: "retry", X: "cancel", M: "claim" }[verb.toUpperCase()];
+  if (!kind) return `Unknown command "${verb}": O level reason · A · V · C outcome · P protocol · R · X · M · #id`;
+  const form = panelForm(kind);
+  if (!form) return `"${verb}" does not apply to call #${state.selectedId} now (or its panel is still loading)`;
+  if (kind === "override") {
+    const [level, ...why] = rest;
+    if (!/^[1-5]$/.test(level || "") || !why.length) return "Override needs a level and a reason: O 2 caller now unconscious";
+    setForm(form, { level, reason: why.join(" ") });
+  } else if (kind === "close" && !arg) {
+    panelAction("close");
+  } else if (kind === "close") {
+    setForm(form, { outcome: arg });
+  } else if (kind === "protocol") {
+    const options = [...form.elements.protocol.options];
+    const wanted = arg.toLowerCase();
+    const match = options.find((o) => o.value === wanted) || options.find((o) => o.textContent.toLowerCase().startsWith(wanted));
+    if (!arg || !match) return `No protocol "${arg}"`;
+    setForm(form, { protocol: match.value });
+  } else {
+    form.requestSubmit();
+  }
+  return `${verb.toUpperCase()} sent for call #${state.selectedId}`;
+}
+
+$("command-form").addEventListener("submit", (e) => {
+  e.preventDefault();
+  commandResult.textContent = runCommand(commandInput.value);
+  commandInput.value = "";
+});
+commandInput.addEventListener("keydown", (e) => { if (e.key === "Escape") commandInput.blur(); });
+
 document.addEventListener("keydown", (e) => {
   if (e.ctrlKey || e.metaKey || e.altKey || !shortcutsOn()) return;
   const t = e.target;
@@ -517,6 +720,7 @@ document.addEventListener("keydown", (e) => {
     j: () => move(1), k: () => move(-1), "?": () => $("help-dialog").showModal(),
     o: () => panelAction("override"), a: () => panelAction("acknowledge"), v: () => panelAction("confirm"),
     c: () => panelAction("close"), x: () => panelAction("cancel"), p: () => panelAction("protocol"), r: () => panelAction("retry"),
+    m: () => panelAction("claim"), "/": () => commandInput.focus(),
   };
   const act = actions[e.key];
   if (act) { e.preventDefault(); act(); }

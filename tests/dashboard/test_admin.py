@@ -49,7 +49,8 @@ def tier_post_data(tier: Tier, **changes: object) -> dict:
         "e2e_target_p90_s": tier.e2e_target_p90_s, "tdg_weight": tier.tdg_weight,
         "max_preemptions": tier.max_preemptions, "reserved_kv_fraction": tier.reserved_kv_fraction,
         "aging_step_s": tier.aging_step_s, "aging_ceiling_level": tier.aging_ceiling_level,
-        "tpot_target_s": tier.tpot_target_s,
+        "tpot_target_s": tier.tpot_target_s, "alert_repeat_s": tier.alert_repeat_s,
+        "acknowledge_within_s": tier.acknowledge_within_s,
     }
     data.update(changes)
     return data

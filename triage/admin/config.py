@@ -97,6 +97,7 @@ class TierAdmin(RoleAdmin):
         ("Scheduling", {
             "fields": ("tdg_weight", "max_preemptions", "reserved_kv_fraction", "aging_step_s", "aging_ceiling_level"),
         }),
+        ("Alerts on the board (seconds)", {"fields": ("alert_repeat_s", "acknowledge_within_s")}),
     )
 
     def get_form(self, request: HttpRequest, obj: Tier | None = None, **kwargs: object) -> type:

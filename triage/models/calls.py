@@ -64,6 +64,10 @@ class Call(models.Model):
     acknowledged_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    # who works the call: a dispatcher's claim or a supervisor's assignment (services/assignments.py)
+    assigned_to = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    assigned_at = models.DateTimeField(null=True, blank=True)
     closed_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=200, blank=True)
 

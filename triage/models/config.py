@@ -38,6 +38,17 @@ class Tier(models.Model):
         default=TierPolicy.aging_ceiling_level, validators=ESI_VALIDATORS,
         help_text="The best level aging can reach; never better than 2 for a call of ESI 2 or worse",
     )
+    # The board's alerts (static/js/board.js): the centre's policy for how loud an unacknowledged call is.
+    alert_repeat_s = models.FloatField(
+        default=0, validators=[MinValueValidator(0)],
+        help_text="An unacknowledged call of this tier sounds on the board every this many seconds until someone "
+                  "acknowledges it (0: silent)",
+    )
+    acknowledge_within_s = models.FloatField(
+        default=0, validators=[MinValueValidator(0)],
+        help_text="A call of this tier nobody has acknowledged this long after its triage is escalated to the "
+                  "supervisors (0: never)",
+    )
 
     class Meta:
         ordering = ["sort_order", "name"]

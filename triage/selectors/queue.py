@@ -41,7 +41,7 @@ LIVE_FILTER = Q(status__in=ACTIVE_STATUSES) | Q(status__in=TO_CLOSE_STATUSES, cl
 
 
 def live_calls() -> QuerySet[Call]:
-    return Call.objects.filter(LIVE_FILTER).select_related("tier", "assessment", "acknowledged_by")
+    return Call.objects.filter(LIVE_FILTER).select_related("tier", "assessment", "acknowledged_by", "assigned_to")
 
 
 def is_live(call: Call) -> bool:
@@ -151,6 +151,8 @@ def call_state(
         "done_at": _iso(call.done_at or call.failed_at or call.cancelled_at),
         "acknowledged": call.acknowledged_at is not None,
         "acknowledged_by": call.acknowledged_by.get_username() if call.acknowledged_by_id else None,
+        "assigned_to": call.assigned_to.get_username() if call.assigned_to_id else None,
+        "triaged_at": _iso(call.triaged_at),
         "summary": summary,
         "location": call.location_address,
     }
@@ -158,7 +160,7 @@ def call_state(
 
 def call_states(call_ids: Iterable[int]) -> dict[int, dict]:
     """``call_state`` for each existing call among ``call_ids`` (missing ids are simply absent)."""
-    calls = Call.objects.filter(pk__in=list(call_ids)).select_related("tier", "assessment", "acknowledged_by")
+    calls = Call.objects.filter(pk__in=list(call_ids)).select_related("tier", "assessment", "acknowledged_by", "assigned_to")
     library, config, now, table = load_library(), scheduler_config_load(), timezone.now(), dispatch_priority_table()
     return {c.pk: call_state(c, library, config=config, now=now, dispatch_table=table) for c in calls}
 
@@ -175,6 +177,8 @@ def tier_state(tier: Tier) -> dict:
         "e2e_target_mean_s": tier.e2e_target_mean_s,
         "e2e_target_p90_s": tier.e2e_target_p90_s,
         "tpot_target_s": tier.tpot_target_s,
+        "alert_repeat_s": tier.alert_repeat_s,
+        "acknowledge_within_s": tier.acknowledge_within_s,
     }
 
 

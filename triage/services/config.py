@@ -28,7 +28,7 @@ TIER_FIELDS = frozenset(
     {
         "name", "colour", "sort_order", "esi_levels", "ttft_target_mean_s", "ttft_target_p90_s",
         "e2e_target_mean_s", "e2e_target_p90_s", "tpot_target_s", "tdg_weight", "max_preemptions", "reserved_kv_fraction",
-        "aging_step_s", "aging_ceiling_level",
+        "aging_step_s", "aging_ceiling_level", "alert_repeat_s", "acknowledge_within_s",
     }
 )
 SCHEDULER_FIELDS = frozenset(
