@@ -29,4 +29,6 @@ urlpatterns = [
     path("calls/<int:pk>/protocol/", views.call_protocol_view, name="call-protocol"),
     path("calls/<int:pk>/claim/", views.call_claim_view, name="call-claim"),
     path("calls/<int:pk>/assign/", views.call_assign_view, name="call-assign"),
+    path("calls/<int:pk>/link/confirm/", views.call_link_confirm_view, name="call-link-confirm"),
+    path("calls/<int:pk>/link/split/", views.call_link_split_view, name="call-link-split"),
 ]

@@ -24,6 +24,10 @@ class AuditAction(models.TextChoices):
     CALL_RETRIAGED = "call.retriaged"  # new narrative was read again (the level raised, kept, or held)
     CALL_ACKNOWLEDGED = "call.acknowledged"
     CALL_ASSIGNED = "call.assigned"  # claimed by a dispatcher, assigned or released
+    CALL_LINKED = "call.linked"  # proposed as a call about the same incident as another
+    CALL_LINK_CONFIRMED = "call.link_confirmed"
+    CALL_LINK_SPLIT = "call.link_split"
+    CALL_GUIDANCE_UNSHARED = "call.guidance_unshared"  # generates its own guidance (split, switch, source failed)
     CALL_CLOSED = "call.closed"
     API_CLIENT_CREATED = "api_client.created"
     API_CLIENT_ROTATED = "api_client.rotated"

@@ -17,10 +17,11 @@ from redis import RedisError
 
 from triage import metrics
 from triage.models import Call, CallStatus
-from triage.selectors.calls import calls_with_unread_narrative
+from triage.selectors.calls import calls_with_unread_narrative, guidance_sources_ended
 from triage.services.assessments import calls_enqueue_or_leave_for_sweep
 from triage.services.batching import Predictor, call_triage_micro_batch
 from triage.services.dispatch import send_retriage_task, send_triage_task, triage_task_slot_release
+from triage.services.incidents import incident_guidance_settle
 from triage.services.recovery import calls_restream_if_lost, sweep_mark_done
 from triage.services.retriage import call_retriage
 from triage.services.webhooks import webhook_backoff_s, webhook_deliver
@@ -80,6 +81,12 @@ def retriage_call(call_id: int) -> str:
     return call_retriage(call_id=call_id, predictor=load_predictor())
 
 
+@shared_task(**RELIABLE, **TRIAGE_LIMITS, autoretry_for=RETRYABLE, retry_backoff=1, max_retries=10)
+def share_incident_guidance(source_ids: list[int]) -> int:
+    """Linked calls waiting on the guidance of calls that just ended take it, or generate their own."""
+    return incident_guidance_settle(source_ids=source_ids)
+
+
 @shared_task(**RELIABLE, **TRIAGE_LIMITS, autoretry_for=RETRYABLE, retry_backoff=5, max_retries=3)
 def sweep_stuck_calls() -> dict[str, int]:
     """Re-send calls left behind: ``received`` (task lost: broker down, worker killed), ``triaged`` (the
@@ -100,13 +107,14 @@ def sweep_stuck_calls() -> dict[str, int]:
     queued = calls_enqueue_or_leave_for_sweep(call_ids=triaged) if triaged else []
     unread = calls_with_unread_narrative(updated_before=cutoff, limit=limit)
     reread = sum(send_retriage_task(call_id) for call_id in unread)
+    shared = incident_guidance_settle(source_ids=guidance_sources_ended(limit=limit))  # their task was lost
     if received or triaged or unread:
         logger.warning("sweep: re-sent %d of %d received calls, queued %d of %d triaged calls, re-sent %d of %d "
                        "re-triages", resent, len(received), len(queued), len(triaged), reread, len(unread))
     sweep_mark_done()
     metrics.sweep_done(received=len(received), triaged=len(triaged), restreamed=restreamed, ended_at=time.time())
     return {"received": len(received), "resent": resent, "triaged": len(triaged), "queued": len(queued),
-            "restreamed": restreamed, "unread_narrative": len(unread)}
+            "restreamed": restreamed, "unread_narrative": len(unread), "guidance_shared": shared}
 
 
 # max_retries is only a ceiling over both kinds of retry: a failed POST is retried by the attempt count below

@@ -33,12 +33,14 @@ from triage.forms import (
 )
 from triage.models import FINAL_STATUSES, SWITCHABLE_STATUSES, Call, CallStatus
 from triage.roles import has_any_role, is_dispatcher, is_supervisor
+from triage.selectors.calls import incident_calls
 from triage.selectors.dispatch_priorities import call_dispatch_priority
 from triage.selectors.queue import board_vocabulary, is_live, protocol_choices, protocol_state
 from triage.services.assignments import call_assign, call_claim, dispatchers
 from triage.services.board import call_acknowledge, call_close
 from triage.services.calls import call_cancel
 from triage.services.errors import DomainError
+from triage.services.incidents import call_incident_confirm, call_incident_split
 from triage.services.overrides import call_confirm_level, call_override_level
 from triage.services.protocols import call_switch_protocol
 from triage.services.recovery import call_retry
@@ -69,6 +71,7 @@ def _call_context(request: HttpRequest, call: Call) -> dict:
         "can_release": call.closed_at is None and call.assigned_to_id == request.user.pk,
         "can_assign": call.closed_at is None and is_supervisor(request.user),
         "assignable": dispatchers() if is_supervisor(request.user) else [],
+        "incident_calls": incident_calls(call),
         "override_form": OverrideForm(initial={"level": call.level}),
         "can_switch_protocol": call.status in SWITCHABLE_STATUSES and getattr(call, "assessment", None) is not None,
         "protocol_choices": protocol_choices(),
@@ -79,7 +82,8 @@ def _call_context(request: HttpRequest, call: Call) -> dict:
 
 
 def _get_call(pk: int) -> Call:
-    return get_object_or_404(Call.objects.select_related("tier", "assessment", "acknowledged_by", "assigned_to"), pk=pk)
+    return get_object_or_404(Call.objects.select_related("tier", "assessment", "acknowledged_by", "assigned_to",
+                                                         "incident_confirmed_by"), pk=pk)
 
 
 @login_required
@@ -296,3 +300,23 @@ def call_assign_view(request: HttpRequest, pk: int) -> HttpResponse:
 
     choices = [(pk_, user.get_username()) for pk_, user in people.items()]
     return _action(request, pk, lambda post: AssignForm(post, choices=choices), perform)
+
+
+@login_required
+@require_POST
+def call_link_confirm_view(request: HttpRequest, pk: int) -> HttpResponse:
+    def perform(call: Call, data: dict) -> str:
+        call_incident_confirm(call=call, user=request.user)
+        return f"Call {call.pk} is confirmed as part of incident {call.incident_id}."
+
+    return _action(request, pk, None, perform)
+
+
+@login_required
+@require_POST
+def call_link_split_view(request: HttpRequest, pk: int) -> HttpResponse:
+    def perform(call: Call, data: dict) -> str:
+        call_incident_split(call=call, user=request.user)
+        return f"Call {call.pk} is split from its incident; its guidance is its own."
+
+    return _action(request, pk, None, perform)

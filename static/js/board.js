@@ -144,7 +144,18 @@ function queueOrder() {
   const active = [];
   const finished = [];
   for (const call of state.calls.values()) (ACTIVE.has(call.status) ? active : finished).push(call);
-  active.sort((a, b) => effectiveLevel(a, now) - effectiveLevel(b, now)
+  // Linked calls are grouped: an incident's calls sit together where its most urgent call would be.
+  const groups = new Map();
+  for (const call of active) {
+    if (call.incident_id === null || call.incident_id === undefined) continue;
+    const g = groups.get(call.incident_id) || { level: 99, created: Infinity };
+    g.level = Math.min(g.level, effectiveLevel(call, now));
+    g.created = Math.min(g.created, Date.parse(call.created_at));
+    groups.set(call.incident_id, g);
+  }
+  const group = (call) => groups.get(call.incident_id) || { level: effectiveLevel(call, now), created: Date.parse(call.created_at) };
+  active.sort((a, b) => group(a).level - group(b).level || group(a).created - group(b).created
+    || effectiveLevel(a, now) - effectiveLevel(b, now)
     || Date.parse(a.created_at) - Date.parse(b.created_at) || a.id - b.id);
   finished.sort((a, b) => Date.parse(b.done_at || b.created_at) - Date.parse(a.done_at || a.created_at));
   return { active, finished };
@@ -241,9 +252,10 @@ function rowCells(call, now) {
   const ack = call.acknowledged ? " <span class=\"ack\" title=\"Acknowledged\">✔ ack</span>" : "";
   const overdue = state.escalated.has(call.id) ? " <span class=\"overdue\" title=\"Not acknowledged within its tier's time: escalated to the supervisors\">not acknowledged</span>" : "";
   const claimed = call.assigned_to ? ` <span class="claimed" title="Being worked by ${esc(call.assigned_to)}">${esc(call.assigned_to)}</span>` : "";
+  const linked = call.incident_id ? ` <span class="incident${call.incident_confirmed ? " confirmed" : ""}" title="${call.incident_confirmed ? "Linked" : "Proposed as linked"} with other calls about the same incident${call.guidance_source_id ? `; takes the guidance of call #${call.guidance_source_id}` : ""}">incident ${call.incident_id}${call.incident_confirmed ? "" : "?"}</span>` : "";
   return [
     esiBadge(call, now),
-    `<a href="/calls/${call.id}/" data-select="${call.id}" tabindex="-1">#${call.id}</a><br><small class="muted">${esc(call.external_id)}</small>${claimed}`,
+    `<a href="/calls/${call.id}/" data-select="${call.id}" tabindex="-1">#${call.id}</a><br><small class="muted">${esc(call.external_id)}</small>${claimed}${linked}`,
     `${esc(call.summary)}${protocolHtml(call)}${reasonsHtml(call)}${call.location ? `<br><small class="muted">${esc(call.location)}</small>` : ""}`,
     `<span class="status status-${call.status}">${STATUS_LABEL[call.status] || esc(call.status)}</span>${preempt}${ack}${overdue}`,
     timerHtml(call, now),
@@ -681,8 +693,9 @@ function runCommand(text) {
     return `Call #${id} selected`;
   }
   if (state.selectedId === null) return "Select a call first (j/k, a click, or #id)";
-  const kind = { O: "override", A: "acknowledge", V: "confirm", C: "close", P: "protocol", R: "retry", X: "cancel", M: "claim" }[verb.toUpperCase()];
-  if (!kind) return `Unknown command "${verb}": O level reason · A · V · C outcome · P protocol · R · X · M · #id`;
+  const kind = { O: "override", A: "acknowledge", V: "confirm", C: "close", P: "protocol", R: "retry", X: "cancel", M: "claim",
+    L: "link-confirm", S: "link-split" }[verb.toUpperCase()];
+  if (!kind) return `Unknown command "${verb}": O level reason · A · V · C outcome · P protocol · R · X · M · L · S · #id`;
   const form = panelForm(kind);
   if (!form) return `"${verb}" does not apply to call #${state.selectedId} now (or its panel is still loading)`;
   if (kind === "override") {

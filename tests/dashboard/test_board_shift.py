@@ -148,3 +148,38 @@ def test_the_command_line_overrides_and_claims_and_another_board_shows_the_claim
         assert row(second, call.pk).locator(".claimed").inner_text() == "dina"
     finally:
         second.context.close()
+
+
+def test_linked_calls_sit_together_on_the_board_and_a_dispatcher_splits_one_out_by_command(
+    page, board_server, dispatcher_login, make_call
+):
+    from triage.models import TriageAssessment
+    from triage.services.incidents import calls_link
+
+    first = make_call(1, text="A man has collapsed at the bus station, he is not breathing")
+    unrelated = make_call(2, text="My daughter has a high temperature and a rash")
+    second = make_call(3, text="someone collapsed at the bus station, he is not breathing, we are doing CPR")
+    for call in (first, unrelated, second):  # one place for the two about the collapse, another for the child
+        Call.objects.filter(pk=call.pk).update(location_lat=53.7962 if call is not unrelated else 53.70,
+                                               location_lon=-1.5371)
+    linked = list(Call.objects.filter(pk__in=[first.pk, second.pk]).order_by("pk"))
+    calls_link(linked, {a.call_id: a for a in TriageAssessment.objects.filter(call__in=linked)})
+    assert Call.objects.get(pk=second.pk).incident_id == Call.objects.get(pk=first.pk).incident_id is not None
+
+    open_board(page, board_server, dispatcher_login)
+    order = page.evaluate("[...document.querySelectorAll('#queue-body tr[data-id]')].map((r) => Number(r.dataset.id))")
+    assert order[:3] == [first.pk, second.pk, unrelated.pk]  # the ESI 3 caller sits with its incident's ESI 1
+    assert row(page, second.pk).locator(".incident").is_visible()
+
+    command = page.locator("#command")
+    page.keyboard.press("/")
+    command.fill(f"#{second.pk}")
+    command.press("Enter")
+    page.wait_for_selector(f'#call-panel [data-call-id="{second.pk}"] form[data-action="link-split"]')
+    page.wait_for_load_state("networkidle")
+    command.fill("S")
+    command.press("Enter")
+    page.wait_for_function("id => window.triageBoard.calls.get(id)?.incident_id === null", arg=second.pk)
+    assert Call.objects.get(pk=second.pk).incident_split
+    order = page.evaluate("[...document.querySelectorAll('#queue-body tr[data-id]')].map((r) => Number(r.dataset.id))")
+    assert order[:3] == [first.pk, unrelated.pk, second.pk]

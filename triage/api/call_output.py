@@ -104,6 +104,14 @@ class CallOutputSerializer(serializers.Serializer):
     location_uncertainty_m = serializers.FloatField(allow_null=True, help_text="Radius of the location's uncertainty")
     narrative_revision = serializers.IntegerField(
         help_text="How many updates have added narrative to the transcript (POST calls/<id>/updates/)")
+    incident = serializers.IntegerField(
+        source="incident_id", allow_null=True,
+        help_text="The incident the call was linked to (other callers about the same event: GET calls/?incident=)")
+    incident_confirmed = serializers.SerializerMethodField(
+        help_text="A dispatcher confirmed the link (false: proposed by the linker)")
+    guidance_shared_from = serializers.IntegerField(
+        source="guidance_source_id", allow_null=True,
+        help_text="The linked call whose guidance this call takes instead of generating its own (same protocol)")
     guidance = serializers.CharField(allow_blank=True)
     guidance_protocol = serializers.CharField(allow_blank=True, help_text='The protocol the guidance read out, or "unclear"')
     guidance_protocol_version = serializers.IntegerField(allow_null=True)
@@ -114,6 +122,9 @@ class CallOutputSerializer(serializers.Serializer):
     dispatch_priority = serializers.SerializerMethodField(
         help_text="The centre's priority, response mode and units for this call (its dispatch-priority table); "
                   "null while it is not triaged or no rule covers its level")
+
+    def get_incident_confirmed(self, call: Call) -> bool:
+        return call.incident_confirmed_at is not None
 
     def get_off_protocol(self, call: Call) -> bool:
         return call.off_protocol_sentences > 0

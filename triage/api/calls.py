@@ -175,6 +175,8 @@ class CallListApi(ApiView):
         since = serializers.DateTimeField(required=False, help_text="Calls received at or after this time")
         updated_since = serializers.DateTimeField(
             required=False, help_text="Calls created or changed at or after this time: reconcile after missed events")
+        incident = serializers.IntegerField(required=False, min_value=1, max_value=MAX_ID,
+                                            help_text="The calls linked to this incident")
         cursor = serializers.CharField(required=False, max_length=500)
         page_size = serializers.IntegerField(required=False, min_value=1, max_value=200)
 
@@ -193,7 +195,7 @@ class CallListApi(ApiView):
         data = filters.validated_data
         calls = call_list(
             client=_client(request), statuses=data.get("status"), levels=data.get("esi"), since=data.get("since"),
-            lifecycles=data.get("lifecycle"), updated_since=data.get("updated_since"),
+            lifecycles=data.get("lifecycle"), updated_since=data.get("updated_since"), incident=data.get("incident"),
         )
         paginator = CallCursorPagination()
         page = paginator.paginate_queryset(calls, request, view=self)

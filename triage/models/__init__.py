@@ -21,6 +21,7 @@ from triage.decision_points import DecisionPoint
 from .calls import Call, TriageAssessment
 from .clients import ApiClient
 from .config import ESI_VALIDATORS, DispatchPriorityRule, SchedulerSettings, Tier
+from .incidents import Incident
 from .records import AuditEvent, AuditEventQuerySet, WebhookDelivery
 from .updates import CallUpdate
 
@@ -28,6 +29,6 @@ __all__ = [
     "ACTIVE_STATUSES", "ALLOWED_TRANSITIONS", "BEFORE_STREAM_STATUSES", "ESI_LEVELS", "ESI_VALIDATORS",
     "FINAL_STATUSES", "IN_STREAM_STATUSES", "STATUS_TIMESTAMP_FIELD", "SWITCHABLE_STATUSES", "TO_CLOSE_STATUSES",
     "ApiClient", "AuditAction", "AuditEvent", "AuditEventQuerySet", "Call", "CallUpdate", "CallStatus", "DecisionPoint",
-    "DispatchPriorityRule", "Lifecycle", "SchedulerSettings", "Tier", "TriageAssessment", "WebhookDelivery",
+    "DispatchPriorityRule", "Incident", "Lifecycle", "SchedulerSettings", "Tier", "TriageAssessment", "WebhookDelivery",
     "lifecycle_of",
 ]

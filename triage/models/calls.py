@@ -64,6 +64,16 @@ class Call(models.Model):
     acknowledged_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )
+    # linked calls (services/incidents.py): the incident the call was linked to, whether a dispatcher confirmed
+    # the link, whether one split it out (never proposed again), and the call whose guidance it shares
+    incident = models.ForeignKey("triage.Incident", on_delete=models.SET_NULL, null=True, blank=True,
+                                 related_name="calls")
+    incident_confirmed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    incident_confirmed_at = models.DateTimeField(null=True, blank=True)
+    incident_split = models.BooleanField(default=False)
+    guidance_source = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True,
+                                        related_name="guidance_followers")
     # who works the call: a dispatcher's claim or a supervisor's assignment (services/assignments.py)
     assigned_to = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")

@@ -34,6 +34,7 @@ def call_list(
     since: datetime | None = None,
     lifecycles: Iterable[str] | None = None,
     updated_since: datetime | None = None,
+    incident: int | None = None,
 ) -> QuerySet[Call]:
     """Calls, newest first, filtered by status, public lifecycle, level (the dispatcher's override included),
     ``received_at >= since`` and changed at or after ``updated_since``: created then, or with an audit row since
@@ -54,6 +55,8 @@ def call_list(
         calls = calls.filter(level__in=list(levels))
     if since is not None:
         calls = calls.filter(received_at__gte=since)
+    if incident is not None:
+        calls = calls.filter(incident_id=incident)
     return calls.order_by("-created_at", "-id")
 
 
@@ -125,3 +128,18 @@ def calls_with_unread_narrative(*, updated_before: datetime, limit: int) -> list
         .annotate(last_update=Max("updates__created_at")).filter(last_update__lt=updated_before)
         .order_by("last_update").values_list("pk", flat=True)[:limit]
     )
+
+
+def guidance_sources_ended(*, limit: int) -> list[int]:
+    """Ended calls that linked calls still wait on (their sharing task was lost): the sweep settles them."""
+    return list(
+        Call.objects.filter(guidance_followers__status=CallStatus.QUEUED, status__in=FINAL_STATUSES)
+        .distinct().order_by("pk").values_list("pk", flat=True)[:limit]
+    )
+
+
+def incident_calls(call: Call) -> list[Call]:
+    """The other calls of ``call``'s incident, oldest first ([] when it is not linked)."""
+    if call.incident_id is None:
+        return []
+    return list(Call.objects.filter(incident_id=call.incident_id).exclude(pk=call.pk).order_by("pk"))

@@ -42,6 +42,7 @@ from triage.streams import stream_append_many
 
 from .audit import SYSTEM_TRIAGE, Actor, audit_event_build
 from .calls import call_transition_unsaved
+from .dispatch import send_share_guidance_task
 from .errors import DomainError
 from .webhooks import calls_webhook_on_commit
 
@@ -237,7 +238,13 @@ def calls_enqueue(*, call_ids: Sequence[int], actor: Actor = SYSTEM_TRIAGE) -> l
             call_changed_on_commit(call.pk)
         Call.objects.bulk_update(calls, sorted(changed))
         AuditEvent.objects.bulk_create(audits)
-        stream_append_many([inference_entry(call, enqueued_at=time.time()) for call in calls])
+        # A linked call that follows another's guidance gets no entry: it takes that guidance when it is done.
+        entries = [inference_entry(call, enqueued_at=time.time()) for call in calls if call.guidance_source_id is None]
+        if entries:
+            stream_append_many(entries)
+        sources = sorted({call.guidance_source_id for call in calls if call.guidance_source_id is not None})
+        if sources:  # a source that has ended already: settle now (one still running settles when it ends)
+            transaction.on_commit(lambda: send_share_guidance_task(sources))
     return calls
 
 

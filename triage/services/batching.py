@@ -29,12 +29,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from scheduler.policies import POLICIES
-from triage.models import Call, CallStatus, SchedulerSettings
+from triage.models import Call, CallStatus, SchedulerSettings, TriageAssessment
 
 from .assessments import Prediction, calls_enqueue_or_leave_for_sweep, calls_triage_record
 from .audit import SYSTEM_TRIAGE
 from .calls import call_transition
 from .dispatch import send_triage_task
+from .incidents import calls_link
 
 LINGER_STEP_S = 0.01
 # A burst's backlog is ranked by the lexical pre-screen (judgment/predictors/screen.py) in windows of this
@@ -102,10 +103,12 @@ def _triage_one_batch(call_id: int | None, predictor: Predictor, scheduler_setti
         predicted = time.perf_counter()
         latency_ms = (predicted - started) * 1000 / max(1, len(batch))
         if batch:
-            calls_triage_record(
+            recorded = calls_triage_record(
                 calls=batch, predictions=predictions, model_version=predictor.version, latency_ms=latency_ms,
                 catalogue_version=predictor.catalogue_version,
             )
+            # in the same transaction: the enqueue that runs on commit sees which calls follow another's guidance
+            calls_link(recorded, {a.call_id: a for a in TriageAssessment.objects.filter(call__in=recorded)})
     logger.info(
         "triaged %d calls: claim %.0f ms, classify %.0f ms, record %.0f ms", len(batch),
         (started - claim_started) * 1e3, (predicted - started) * 1e3, (time.perf_counter() - predicted) * 1e3,

@@ -24,7 +24,7 @@ from triage.realtime import call_changed_on_commit
 from triage.streams import control_publish_on_commit
 
 from .audit import Actor, SystemActor, audit_record
-from .dispatch import send_triage_task
+from .dispatch import send_triage_task, share_guidance_on_commit
 from .errors import Conflict, InvalidTransition
 from .webhooks import calls_webhook_on_commit
 
@@ -183,6 +183,7 @@ def call_transition(
         )
         call_changed_on_commit(locked.pk)
         calls_webhook_on_commit([locked], status=to_status)
+        share_guidance_on_commit([locked])
     logger.info("call %s: %s -> %s (%s)", locked.pk, from_status, to_status, actor,
                 extra={"call_id": locked.pk, "from_status": from_status, "to_status": to_status})
     for name in (*changed, *extra):

@@ -9,16 +9,20 @@ services never import the task module (which imports them).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 
 from celery import current_app as celery_app
 from django.conf import settings
+from django.db import transaction
 from redis import RedisError
 
+from triage.models import FINAL_STATUSES, Call
 from triage.redis_clients import redis_bytes_client
 
 logger = logging.getLogger(__name__)
 TRIAGE_TASK = "triage.tasks.triage_call"
 RETRIAGE_TASK = "triage.tasks.retriage_call"
+SHARE_GUIDANCE_TASK = "triage.tasks.share_incident_guidance"
 
 
 def triage_task_pending_key(queue: str) -> str:
@@ -76,5 +80,25 @@ def send_retriage_task(call_id: int) -> bool:
     except Exception:  # kombu raises several unrelated types when the broker is away
         logger.warning("re-triage task for call %s not sent; the sweep will re-send it", call_id, exc_info=True,
                        extra={"call_id": call_id})
+        return False
+    return True
+
+
+def share_guidance_on_commit(calls: Iterable[Call]) -> None:
+    """Inside a transaction that may end ``calls``: once it commits, the calls following the guidance of those
+    that ended (linked calls, ``incidents.incident_guidance_settle``) take it or generate their own."""
+    ended = [c.pk for c in calls if c.incident_id is not None and c.status in FINAL_STATUSES]
+    if ended:
+        transaction.on_commit(lambda: send_share_guidance_task(ended))
+
+
+def send_share_guidance_task(source_ids: list[int]) -> bool:
+    """Have the calls sharing the guidance of ``source_ids`` (calls that just ended) take it, or generate their
+    own (``incidents.incident_guidance_settle``). A broker outage is logged; the sweep settles them later."""
+    try:
+        celery_app.send_task(SHARE_GUIDANCE_TASK, args=(source_ids,))
+    except Exception:  # kombu raises several unrelated types when the broker is away
+        logger.warning("guidance-sharing task for calls %s not sent; the sweep will settle them", source_ids,
+                       exc_info=True)
         return False
     return True

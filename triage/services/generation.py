@@ -22,6 +22,7 @@ from triage.models import FINAL_STATUSES, AuditAction, AuditEvent, Call, CallSta
 from triage.realtime import call_changed_on_commit
 from triage.services.audit import SystemActor, audit_event_build
 from triage.services.calls import call_transition_unsaved
+from triage.services.dispatch import share_guidance_on_commit
 from triage.services.errors import DomainError
 from triage.services.webhooks import calls_webhook_on_commit
 
@@ -97,6 +98,7 @@ def calls_generation_record(*, progress: Iterable[CallProgress]) -> list[int]:
             call_changed_on_commit(call.pk)
         for to_status, calls in moved.items():
             calls_webhook_on_commit(calls, status=to_status)
+        share_guidance_on_commit(touched)
     return stored
 
 

@@ -29,6 +29,7 @@ from triage.streams import control_publish_on_commit
 
 from .audit import Actor, audit_record
 from .errors import Conflict, NotAllowed, field_error
+from .incidents import call_guidance_unshare
 from .recovery import call_requeue
 from .webhooks import WebhookEvent, calls_webhook_on_commit
 
@@ -73,7 +74,12 @@ def call_switch_protocol(*, call: Call, protocol: str, user: AbstractBaseUser) -
 
 
 def guidance_regenerate(call: Call, actor: Actor) -> None:
-    """Generate a locked call's guidance again after its protocol changed (a dispatcher's switch, or a re-triage's)."""
+    """Generate a locked call's guidance again after its protocol changed (a dispatcher's switch, or a re-triage's).
+    A linked call stops sharing its incident's guidance (and calls waiting on its old one generate their own)."""
+    waiting_on_another = call.guidance_source_id is not None and call.status == CallStatus.QUEUED
+    call_guidance_unshare(call=call, actor=actor, reason="protocol switched")
+    if waiting_on_another:
+        return  # now queued with an entry of its own: the worker reads the new plan when it admits it
     if call.status == CallStatus.DONE:
         # The worker is done with it and acknowledged its entry: a new entry brings it back, at its arrival.
         call_requeue(call=call, actor=actor, reason="protocol switched")

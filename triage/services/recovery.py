@@ -36,7 +36,9 @@ def calls_restream_if_lost(*, stream: str | None = None) -> int:
     O(calls in flight) database rows and stream entries, once per loss."""
     if not stream_lost(stream):
         return 0
-    ids = list(Call.objects.filter(status__in=IN_STREAM_STATUSES).order_by("created_at").values_list("pk", flat=True))
+    # calls following a linked call's guidance have no entry of their own (services/incidents.py)
+    ids = list(Call.objects.filter(status__in=IN_STREAM_STATUSES, guidance_source__isnull=True)
+               .order_by("created_at").values_list("pk", flat=True))
     now = time.time()
     for start in range(0, len(ids), BATCH):
         chunk = ids[start : start + BATCH]

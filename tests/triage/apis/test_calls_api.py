@@ -9,7 +9,7 @@ URL = "/api/v1/calls/"
 
 
 def test_post_creates_a_received_call_and_returns_201_with_its_location(redis_conn, api):
-    response = api.post(URL, call_payload(external_id="CAD-77"), format="json")
+    response = api.post(URL, call_payload(external_id="CAD-77", location_lat=53.8), format="json")
     assert response.status_code == 201
     body = response.json()
     assert body["external_id"] == "CAD-77" and body["status"] == "received" and body["esi"] is None

@@ -26,7 +26,7 @@ def sent(monkeypatch):
 
 def test_an_update_appends_narrative_moves_the_location_and_takes_the_callback_number(client_and_token):
     client, _ = client_and_token
-    call = make_call(client, transcript="my neighbour is not well")
+    call = make_call(client, transcript="my neighbour is not well", location_address="12 High Street, Leeds")
     update, created = call_update_append(
         call=call, update_id="u1", received_at=timezone.now(), actor=client, narrative="she fell off a ladder",
         location_lat=53.81, location_lon=-1.56, location_uncertainty_m=35.0, callback_number="+44 113 000",
