@@ -294,6 +294,8 @@ TRIAGE = {
     "CONTROL_CHANNEL": os.environ.get("TRIAGE_CONTROL_CHANNEL", "triage:control"),
     "METRICS_TOKEN": os.environ.get("TRIAGE_METRICS_TOKEN", ""),
     "SWEEP_STUCK_AFTER_S": float(os.environ.get("TRIAGE_SWEEP_STUCK_AFTER_S", "30")),
+    # linked calls (triage/services/incidents.py): off, every call is its own incident and generates its guidance
+    "LINK_CALLS": _env_flag("TRIAGE_LINK_CALLS", True),
     "PREDICTORS_DIR": Path(os.environ.get("TRIAGE_PREDICTORS_DIR", MODELS_DIR / "predictors")),
     # Dotted path of `load(path=None) -> TriagePredictor` used by the Celery triage task.
     "PREDICTOR_LOADER": os.environ.get("TRIAGE_PREDICTOR_LOADER", "judgment.predictors.load_triage_predictor"),

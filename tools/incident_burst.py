@@ -46,11 +46,11 @@ def _moved(lat: float, lon: float, north_m: float, east_m: float) -> tuple[float
     return lat + north_m / M_PER_DEG_LAT, lon + east_m / (M_PER_DEG_LAT * math.cos(math.radians(lat)))
 
 
-def incident_burst(unrelated: int = 80, seed: int = 7) -> list[BurstCall]:
-    """The burst, in arrival order: every incident call and ``unrelated`` corpus calls."""
+def incident_burst(unrelated: int = 80, seed: int = 7, incidents: Path = INCIDENTS) -> list[BurstCall]:
+    """The burst, in arrival order: every call of ``incidents`` and ``unrelated`` corpus calls."""
     rng = random.Random(seed)
     calls: list[BurstCall] = []
-    spec = yaml.safe_load(INCIDENTS.read_text())["incidents"]
+    spec = yaml.safe_load(incidents.read_text())["incidents"]
     for incident in spec:
         site = incident["site"]
         for n, call in enumerate(incident["calls"], 1):

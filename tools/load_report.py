@@ -67,8 +67,11 @@ def summarise(policy: str, call_ids: list[int], since: float | None = None) -> d
         changed = AuditEvent.objects.filter(action=AuditAction.SURGE_MODE_CHANGED,
                                             created_at__gte=datetime.fromtimestamp(since, tz=UTC))
         modes = [(e.created_at.isoformat(), e.data.get("mode")) for e in changed.order_by("id")]
+    shared = [c for c in done if c.guidance_source_id is not None]
     return {
         "policy": policy, "calls": len(calls), "completed": len(done), "by_esi": by_esi, "surge_modes": modes,
+        # the LLM's work: calls whose guidance it generated, and linked calls that took another's instead
+        "generated": len(done) - len(shared), "guidance_shared": len(shared), "output_tokens": tokens,
         "preemptions": preemptions, "throughput_tokens_per_s": round(tokens / span, 2) if span else None,
         "throughput_calls_per_s": round(len(done) / span, 3) if span else None,
         "tdg_ratio": round(tdg.ratio, 4), "triage_p50": _p(triaged_s, 50), "triage_p99": _p(triaged_s, 99),

@@ -19,6 +19,8 @@ def load_trace(path: Path, n: int, pattern: str, rate: float, seed: int, duratio
     Poisson background at ``rate`` over ``duration_s`` and a burst of n calls over 10 s from ``burst_at_s``,
     the levels drawn in the simulator's mixes (scheduler.workloads), each a corpus call of that level."""
     rng = random.Random(seed)
+    if pattern == "incidents":
+        return _incidents(n)
     if pattern == "dispatch":
         return _dispatch_centre(n, rate, rng)
     records = _read_jsonl([path])
@@ -62,6 +64,17 @@ def _dispatch_centre(n: int, rate: float, rng: random.Random) -> list[tuple[floa
         trace.append((t, _call_in_mix(rng, by_level, DISPATCH_CENTRE_ESI_MIX)))
         t += rng.expovariate(rate)
     return trace
+
+
+def _incidents(n: int, window_s: float = 10.0) -> list[tuple[float, dict]]:
+    """The linked-calls burst (tools/incident_burst.py: 20 callers about 3 incidents among n - 20 unrelated
+    calls, with their locations), its ten minutes compressed into ``window_s``; each record names its incident."""
+    from tools.incident_burst import WINDOW_S, incident_burst
+
+    calls = incident_burst(unrelated=max(0, n - 20))
+    return [(c.offset_s * window_s / WINDOW_S, {
+        "transcript": c.transcript, "incident": c.incident, "location_lat": c.lat, "location_lon": c.lon,
+        "location_uncertainty_m": c.uncertainty_m, "location_address": c.address}) for c in calls]
 
 
 def _read_jsonl(paths: list[Path]) -> list[dict]:

@@ -111,6 +111,9 @@ class CallCreateApi(ApiView):
         location_address = CleanCharField(max_length=300, required=False, allow_blank=True)
         location_lat = StrictFloatField(min_value=-90, max_value=90, required=False, allow_null=True)
         location_lon = StrictFloatField(min_value=-180, max_value=180, required=False, allow_null=True)
+        location_uncertainty_m = StrictFloatField(
+            min_value=0, max_value=100_000, required=False, allow_null=True,
+            help_text="Radius of the location's uncertainty (a handset's): linked calls are matched within it")
 
         def validate_transcript(self, value: str) -> str:
             # max_length above documents the limit in the schema; this also honours a limit lowered at run time

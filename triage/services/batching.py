@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -108,7 +109,8 @@ def _triage_one_batch(call_id: int | None, predictor: Predictor, scheduler_setti
                 catalogue_version=predictor.catalogue_version,
             )
             # in the same transaction: the enqueue that runs on commit sees which calls follow another's guidance
-            calls_link(recorded, {a.call_id: a for a in TriageAssessment.objects.filter(call__in=recorded)})
+            if settings.TRIAGE["LINK_CALLS"]:
+                calls_link(recorded, {a.call_id: a for a in TriageAssessment.objects.filter(call__in=recorded)})
     logger.info(
         "triaged %d calls: claim %.0f ms, classify %.0f ms, record %.0f ms", len(batch),
         (started - claim_started) * 1e3, (predicted - started) * 1e3, (time.perf_counter() - predicted) * 1e3,

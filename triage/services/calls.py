@@ -47,6 +47,7 @@ def call_create(
     location_address: str = "",
     location_lat: float | None = None,
     location_lon: float | None = None,
+    location_uncertainty_m: float | None = None,
     actor: Actor | None = None,
 ) -> tuple[Call, bool]:
     """Store a new call (status ``received``) and send it to triage on commit.
@@ -59,7 +60,7 @@ def call_create(
     intake = {
         "transcript": transcript, "received_at": received_at.isoformat(), "caller_name": caller_name,
         "caller_phone": caller_phone, "caller_relation": caller_relation, "location_address": location_address,
-        "location_lat": location_lat, "location_lon": location_lon,
+        "location_lat": location_lat, "location_lon": location_lon, "location_uncertainty_m": location_uncertainty_m,
     }
     call = Call(
         intake=intake,
@@ -73,6 +74,7 @@ def call_create(
         location_address=location_address,
         location_lat=location_lat,
         location_lon=location_lon,
+        location_uncertainty_m=location_uncertainty_m,
     )
     try:
         with transaction.atomic():

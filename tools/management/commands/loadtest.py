@@ -51,6 +51,9 @@ from tools.load_traces import CORPUS, load_trace, only_levels
 
 LOADTEST_ACTOR = "system:loadtest"
 WARM_UP = "lt-warm-up"  # external id prefix of the call sent before each policy's trace
+LOCATION_FIELDS = ("location_lat", "location_lon", "location_uncertainty_m", "location_address")
+# the incidents pattern's warm-up call: about nothing, so no call of the trace is linked to it
+NEUTRAL_WARM_UP = (0.0, {"transcript": "Test call from the load test, no patient, please ignore it."})
 
 
 class Command(BaseCommand):
@@ -58,7 +61,8 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):  # noqa: ANN001
         parser.add_argument("--calls", type=int, default=200)
-        parser.add_argument("--pattern", choices=["burst", "poisson", "mass-casualty", "dispatch"], default="burst",
+        parser.add_argument("--pattern", choices=["burst", "poisson", "mass-casualty", "dispatch", "incidents"],
+                            default="burst",
                             help="dispatch: Poisson at --rate, a dispatch centre's ESI mix (3/17/40/28/12 %%) of "
                                  "written calls; set --rate to 0.8-0.95 of the calls/s a burst completes")
         parser.add_argument("--rate", type=float, default=5.0, help="calls per second (poisson; mass-casualty's background)")
@@ -185,7 +189,8 @@ class Command(BaseCommand):
                 _wait_for_engine(started, timeout_s=180.0)
                 # One call through triage first: the burst measures a warm triage worker, not its start-up
                 # (spaCy's import and the catalogue's patterns take a few seconds per process).
-                self._replay(f"http://127.0.0.1:{port}", token, trace[:1], 180.0, until="queued", prefix=WARM_UP)
+                warm_up = [NEUTRAL_WARM_UP] if o["pattern"] == "incidents" else trace[:1]
+                self._replay(f"http://127.0.0.1:{port}", token, warm_up, 180.0, until="queued", prefix=WARM_UP)
                 ids = self._replay(f"http://127.0.0.1:{port}", token, trace, o["timeout"])
                 label = f"vllm-{policy}" if vllm else policy
                 if "," in o["surge_control"]:
@@ -195,6 +200,9 @@ class Command(BaseCommand):
                 if len(webhook_modes) > 1:
                     label = f"{label}, webhooks {webhooks}"
                 results.append(summarise(label, ids, since=started))
+                if o["pattern"] == "incidents":
+                    results[-1]["links"] = incident_link_quality(ids, trace)
+                    _close_for_the_next_run(ids)
                 if webhooks == "black-hole":  # connections it has held so far (this run's and earlier ones')
                     results[-1]["black_hole_connections"] = black_hole.accepted
                 results[-1].update(backend=o["backend"], replicas=len(urls) or 1, webhooks=webhooks,
@@ -243,6 +251,7 @@ class Command(BaseCommand):
             body = {
                 "external_id": f"{prefix}-{stamp}-{i}", "transcript": record["transcript"],
                 "received_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+                **{k: record[k] for k in LOCATION_FIELDS if record.get(k) not in (None, "")},
             }
             req = urlrequest.Request(
                 f"{base}/api/v1/calls/", data=json.dumps(body).encode(), method="POST",
@@ -274,10 +283,41 @@ class Command(BaseCommand):
             w(f"{level:>3}  {s['count']:>5}  {_f(s['ttft_p50'])}  {_f(s['ttft_p99'])}  {_f(s['e2e_p50'])}  "
               f"{_f(s['e2e_p99'])}  {_f(s['normalized_wait_mean'])}  {_f(s['triage_p50'])}  "
               f"{_f(s['queued_to_first_token_p50'])} {_f(s['ttft_attainment'])} {_f(s['tpot_attainment'])}")
+        w(f"LLM work: {r['generated']} calls generated ({r['output_tokens']} tokens), {r['guidance_shared']} took a "
+          f"linked call's guidance")
+        if r.get("links"):
+            w(f"incidents formed vs the trace's (pairs): {json.dumps(r['links'])}")
         if r.get("surge_modes"):
             w(f"surge mode changes: {r['surge_modes']}")
         if "vs_fcfs" in r:
             w(f"vs FCFS: {json.dumps(r['vs_fcfs'])}")
+
+
+def incident_link_quality(call_ids: list[int], trace: list[tuple[float, dict]]) -> dict:
+    """Pairwise precision and recall of the incidents the stack formed against the trace's, and the LLM work:
+    how many calls generated guidance and how many took another's."""
+    from triage.models import Call
+
+    truth, formed = {}, {}
+    for call in Call.objects.filter(pk__in=call_ids).only("external_id", "incident_id"):
+        index = int(call.external_id.rsplit("-", 1)[1])
+        truth[call.pk], formed[call.pk] = trace[index][1].get("incident"), call.incident_id
+    pairs = [(a, b) for a in truth for b in truth if a < b]
+    true_pairs = {(a, b) for a, b in pairs if truth[a] is not None and truth[a] == truth[b]}
+    formed_pairs = {(a, b) for a, b in pairs if formed[a] is not None and formed[a] == formed[b]}
+    hits = len(true_pairs & formed_pairs)
+    return {"pairs_true": len(true_pairs), "pairs_formed": len(formed_pairs),
+            "precision": round(hits / len(formed_pairs), 3) if formed_pairs else None,
+            "recall": round(hits / len(true_pairs), 3) if true_pairs else None}
+
+
+def _close_for_the_next_run(call_ids: list[int]) -> None:
+    """The harness ends its calls (no dispatcher will): the next run's identical calls must not link to them."""
+    from django.utils import timezone
+
+    from triage.models import Call
+
+    Call.objects.filter(pk__in=call_ids).update(closed_at=timezone.now(), outcome="load test run ended")
 
 
 def _vllm_preemptions(urls: list[str]) -> int:
