@@ -39,6 +39,8 @@ IN_STREAM_STATUSES = (CallStatus.QUEUED, CallStatus.PREFILLING, CallStatus.DECOD
 TO_CLOSE_STATUSES = (CallStatus.DONE, CallStatus.FAILED)
 # Whose protocol a dispatcher may still switch (a cancelled or failed call has no guidance to redo).
 SWITCHABLE_STATUSES = (*ACTIVE_STATUSES, CallStatus.DONE)
+# Ended without guidance: a linked call cannot take its guidance from one of these (services/incidents.py).
+ENDED_WITHOUT_GUIDANCE_STATUSES = (CallStatus.FAILED, CallStatus.CANCELLED)
 
 # Which status may follow which; services refuse anything else.
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {

@@ -167,7 +167,7 @@ class InferenceWorker:
             if call is None or request_id(call_id) in self.engine.sequences:
                 continue  # final meanwhile, or admitted already from its new stream entry
             self.intake.add_to_engine(call_id, call)
-            self.sink.pending.restarted.append(call_id)
+            self.sink.pending.restart(call_id)
 
     def _apply_guard_mode(self) -> None:
         threshold = guard_similarity_threshold_load()

@@ -45,6 +45,15 @@ class Pending:
     replaced: list[tuple[int, str]] = field(default_factory=list)  # (call id, the protocol's text): off protocol
     restarted: list[int] = field(default_factory=list)  # calls generated again from the start
 
+    def restart(self, call_id: int) -> None:
+        """The call is generated again from the start. The restart marker is published before this flush's
+        tokens, so what its cancelled generation left here (tokens, a replacement, a done) is dropped: a replay
+        read later shows the new generation only."""
+        self.tokens = [t for t in self.tokens if t[0] != call_id]
+        self.replaced = [r for r in self.replaced if r[0] != call_id]
+        self.done = [d for d in self.done if d[0] != call_id]
+        self.restarted.append(call_id)
+
     def of(self, call_id: int) -> generation.CallProgress:
         p = self.progress.get(call_id)
         if p is None:

@@ -124,7 +124,10 @@ def _follow_in_browser(url: str, page_url: str) -> list:
         try:
             page = browser.new_context(ignore_https_errors=True).new_page()
             page.goto(f"{page_url}?stream={quote(url, safe='')}")
-            page.wait_for_function("window.events.some(([kind]) => kind === 'done')", timeout=60_000)
+            try:
+                page.wait_for_function("window.events.some(([kind]) => kind === 'done')", timeout=90_000)
+            except Exception as error:  # say what the page saw
+                raise AssertionError(f"no done event: {page.evaluate('window.events')!r}") from error
             return page.evaluate("window.events")
         finally:
             browser.close()
@@ -168,15 +171,17 @@ def test_a_scripted_call_system_posts_updates_follows_the_stream_and_reconciles_
         switched = call_system.wait_for(lambda e: e["type"] == "call.protocol_switched")
         assert (switched["call"]["protocol"], switched["call"]["by"]) == ("fall", "retriage"), switched
 
-        # 3. the browser front end follows the stream through a signed URL
+        # 3. the guidance under the new protocol is done; the browser front end reads it through a signed URL
+        done = call_system.wait_for(lambda e: e["type"] == "call.done" and e["call"]["guidance_protocol"] == "fall",
+                                    timeout_s=120)
+        assert done["call"]["guidance"]
         response, signed = stack.request("GET", f"/api/v1/calls/{call_id}/stream-url")
         assert response.status == 200 and signed["url"].startswith(stack.base_url), signed
         seen = _follow_in_browser(signed["url"], f"http://127.0.0.1:{call_system.port}/cad")
         kinds = [kind for kind, _ in seen]
         assert kinds[0] == "replay" and kinds[-1] == "done" and "error" not in kinds, seen
-        assert seen[-1][1]["status"] == "done"
-        done = call_system.wait_for(lambda e: e["type"] == "call.done" and e["call"]["guidance_protocol"] == "fall")
-        assert done["call"]["guidance"]
+        # the replay is the new protocol's guidance only, not the first generation's text before it
+        assert seen[0][1]["text"].strip() == done["call"]["guidance"] and seen[-1][1]["status"] == "done"
 
         # 4. the receiver is down while a second update raises the level again; reconcile, then the retry arrives
         last_processed = max(event["created_at"] for event in call_system.events)

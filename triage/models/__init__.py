@@ -7,6 +7,7 @@ from triage.call_status import (
     ACTIVE_STATUSES,
     ALLOWED_TRANSITIONS,
     BEFORE_STREAM_STATUSES,
+    ENDED_WITHOUT_GUIDANCE_STATUSES,
     FINAL_STATUSES,
     IN_STREAM_STATUSES,
     STATUS_TIMESTAMP_FIELD,
@@ -26,7 +27,7 @@ from .records import AuditEvent, AuditEventQuerySet, WebhookDelivery
 from .updates import CallUpdate
 
 __all__ = [
-    "ACTIVE_STATUSES", "ALLOWED_TRANSITIONS", "BEFORE_STREAM_STATUSES", "ESI_LEVELS", "ESI_VALIDATORS",
+    "ACTIVE_STATUSES", "ALLOWED_TRANSITIONS", "BEFORE_STREAM_STATUSES", "ENDED_WITHOUT_GUIDANCE_STATUSES", "ESI_LEVELS", "ESI_VALIDATORS",
     "FINAL_STATUSES", "IN_STREAM_STATUSES", "STATUS_TIMESTAMP_FIELD", "SWITCHABLE_STATUSES", "TO_CLOSE_STATUSES",
     "ApiClient", "AuditAction", "AuditEvent", "AuditEventQuerySet", "Call", "CallUpdate", "CallStatus", "DecisionPoint",
     "DispatchPriorityRule", "Incident", "Lifecycle", "SchedulerSettings", "Tier", "TriageAssessment", "WebhookDelivery",

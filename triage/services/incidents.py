@@ -22,7 +22,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from judgment.incident_links import DEFAULT_RULE, CallForLinking, best_link, link_score
-from triage.models import FINAL_STATUSES, AuditAction, Call, CallStatus, Incident, TriageAssessment
+from triage.models import (
+    ENDED_WITHOUT_GUIDANCE_STATUSES,
+    FINAL_STATUSES,
+    AuditAction,
+    Call,
+    CallStatus,
+    Incident,
+    TriageAssessment,
+)
 from triage.realtime import call_changed_on_commit
 from triage.roles import is_dispatcher
 from triage.streams import stream_append_many
@@ -84,7 +92,7 @@ def _guidance_source(call: Call, assessment: TriageAssessment) -> Call | None:
     return (Call.objects.filter(incident=call.incident, guidance_source__isnull=True, pk__lt=call.pk,
                                 assessment__protocol=assessment.protocol,
                                 assessment__protocol_family=assessment.protocol_family)
-            .exclude(status__in=(CallStatus.FAILED, CallStatus.CANCELLED)).order_by("pk").first())
+            .exclude(status__in=ENDED_WITHOUT_GUIDANCE_STATUSES).order_by("pk").first())
 
 
 def incident_guidance_settle(*, source_ids: Iterable[int]) -> int:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 
 import redis
 from django.db import transaction
 
 from triage.models import IN_STREAM_STATUSES, Call, CallStatus
+from triage.realtime import publish_guidance_restart
 from triage.streams import stream_append_many, stream_lost, stream_mark_complete
 
 from .assessments import inference_entry
@@ -54,9 +56,11 @@ def calls_restream_if_lost(*, stream: str | None = None) -> int:
 def call_requeue(*, call: Call, actor: Actor, reason: str) -> None:
     """``done`` or ``failed`` → ``queued`` with a new stream entry (the worker acknowledged the old one), in the
     caller's transaction with the call locked; the entry is appended last, so Redis refusing it (``Unavailable``)
-    rolls the whole change back."""
+    rolls the whole change back. Once committed, the call's replay log is restarted: the worker numbers the new
+    generation's tokens from 0 again, and a stream opened later must not show the old text with the new."""
     call_transition(call=call, to_status=CallStatus.QUEUED, actor=actor, data={"reason": reason},
                     updates={"done_at": None, "guidance": "", "off_protocol_sentences": 0, "failure_reason": ""})
+    transaction.on_commit(partial(publish_guidance_restart, call.pk))
     try:
         stream_append_many([inference_entry(call, enqueued_at=time.time())])
     except redis.RedisError as error:

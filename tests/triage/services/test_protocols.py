@@ -129,3 +129,20 @@ def test_an_untriaged_or_cancelled_call_cannot_switch_and_the_same_protocol_chan
     call_transition(call=call, to_status=CallStatus.CANCELLED, actor="system:test")
     with pytest.raises(Conflict):
         call_switch_protocol(call=call, protocol="fall", user=dispatcher)
+
+
+def test_a_finished_calls_replay_holds_only_the_new_generation_after_a_switch(
+    dispatcher, triaged_call, redis_conn, django_capture_on_commit_callbacks
+):
+    from triage.realtime import publish_call_done, publish_tokens, read_token_replay, token_stream_key
+
+    call = triaged_call(CallStatus.DONE)
+    redis_conn.delete(token_stream_key(call.pk))
+    publish_tokens([(call.pk, 0, "Old words "), (call.pk, 1, "of the first protocol.")])
+    publish_call_done(call.pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        call_switch_protocol(call=call, protocol="choking", user=dispatcher)
+    publish_tokens([(call.pk, 0, "New.")])  # the worker numbers the new generation from 0
+    replay = read_token_replay(call.pk)
+    assert (replay.text, replay.done) == ("New.", False)
+    redis_conn.delete(token_stream_key(call.pk))
