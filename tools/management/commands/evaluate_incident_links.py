@@ -3,7 +3,8 @@
     manage.py evaluate_incident_links [--json]
 
 ``fixtures/evaluation/incidents/incidents.yaml`` was used to set the rule's thresholds (a development set);
-``incidents-heldout.yaml`` was written before that and is only measured. Precision: proposed links that join
+``incidents-heldout.yaml`` was written before that (and read after its first measurement);
+``incidents-heldout-2.yaml`` was written after the last change and is only measured. Precision: proposed links that join
 calls of one incident; recall: incident calls (after each incident's first) linked into their incident."""
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from django.core.management.base import BaseCommand
 
 from tools.incident_burst import INCIDENTS, evaluate_links, incident_burst
 
-SETS = {"development": INCIDENTS, "held-out": INCIDENTS.with_name("incidents-heldout.yaml")}
+SETS = {"development": INCIDENTS, "held-out": INCIDENTS.with_name("incidents-heldout.yaml"),
+        "held-out-2": INCIDENTS.with_name("incidents-heldout-2.yaml")}
 
 
 class Command(BaseCommand):
