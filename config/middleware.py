@@ -1,4 +1,4 @@
-"""Static files through WhiteNoise, in both of Django's modes.
+"""Middleware of our own: static files through WhiteNoise in both of Django's modes, and a user's time zone.
 
 WhiteNoise's own middleware is sync only. Under daphne (ASGI) Django would then move every request, static
 or not, onto a thread and back around it; this subclass passes other requests straight on in whichever mode
@@ -8,10 +8,12 @@ so nothing is streamed from a sync iterator inside the event loop.
 
 from __future__ import annotations
 
+import zoneinfo
 from collections.abc import Awaitable, Callable
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.utils import timezone
 from whitenoise.middleware import WhiteNoiseMiddleware
 
 
@@ -27,6 +29,41 @@ class DualModeMiddleware:
         self.is_async = iscoroutinefunction(get_response)
         if self.is_async:
             markcoroutinefunction(self)
+
+
+USER_TIME_ZONE_COOKIE = "triage_tz"
+
+
+class UserTimeZoneMiddleware(DualModeMiddleware):
+    """Times in a dispatcher's own zone when their browser asks (the board's help sets the cookie
+    ``USER_TIME_ZONE_COOKIE`` to the computer's IANA zone); otherwise the centre's (``TRIAGE_TIME_ZONE``).
+    Stored times stay UTC; only what pages render changes."""
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase | Awaitable[HttpResponseBase]:
+        if self.is_async:
+            return self._acall(request)
+        _activate_user_zone(request)
+        try:
+            return self.get_response(request)
+        finally:
+            timezone.deactivate()
+
+    async def _acall(self, request: HttpRequest) -> HttpResponseBase:
+        _activate_user_zone(request)
+        try:
+            return await self.get_response(request)
+        finally:
+            timezone.deactivate()
+
+
+def _activate_user_zone(request: HttpRequest) -> None:
+    name = request.COOKIES.get(USER_TIME_ZONE_COOKIE, "")
+    if not name or len(name) > 64:
+        return
+    try:
+        timezone.activate(zoneinfo.ZoneInfo(name))
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        pass  # not a zone: the centre's stands
 
 
 class StaticFilesMiddleware(WhiteNoiseMiddleware):

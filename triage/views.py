@@ -94,7 +94,7 @@ def board(request: HttpRequest) -> HttpResponse:
         request,
         "triage/board.html",
         {"can_act": is_dispatcher(request.user), "is_supervisor": is_supervisor(request.user),
-         "vocabulary": board_vocabulary()},
+         "vocabulary": board_vocabulary(), "centre_time_zone": settings.TIME_ZONE},
     )
 
 

@@ -657,6 +657,21 @@ function panelAction(kind) {
 
 // Single-key shortcuts can be switched off (WCAG 2.1.4: they clash with speech input and some screen readers);
 // the choice is remembered on this browser. Every action stays a button.
+// Times in this computer's zone instead of the centre's (a dispatcher working remotely, a supervisor in another
+// centre): a cookie the server reads when it renders the panel (config/middleware.py).
+const TIME_ZONE_COOKIE = "triage_tz";
+const localZone = Intl.DateTimeFormat().resolvedOptions().timeZone;
+const localTimeBox = $("local-time");
+$("local-zone").textContent = localZone;
+// An IANA name ("America/Chicago") is a valid cookie value as it stands.
+localTimeBox.checked = document.cookie.split("; ").includes(`${TIME_ZONE_COOKIE}=${localZone}`);
+localTimeBox.addEventListener("change", () => {
+  document.cookie = localTimeBox.checked
+    ? `${TIME_ZONE_COOKIE}=${localZone}; path=/; max-age=31536000; SameSite=Lax`
+    : `${TIME_ZONE_COOKIE}=; path=/; max-age=0; SameSite=Lax`;
+  loadPanel();
+});
+
 const SHORTCUTS_KEY = "triage-shortcuts";
 const shortcutsOn = () => localStorage.getItem(SHORTCUTS_KEY) !== "off";
 const shortcutsBox = $("shortcuts-enabled");

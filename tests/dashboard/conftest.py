@@ -64,6 +64,26 @@ def manual_flush() -> Iterator[None]:
     publisher._users, publisher._task = 0, None
 
 
+def user_with_password(make_user: Callable[..., object], username: str, role: str) -> str:
+    """A user of ``role`` who can log in through the login page (tests.fixtures.browser.PASSWORD)."""
+    from tests.fixtures.browser import PASSWORD
+
+    user = make_user(username, role)
+    user.set_password(PASSWORD)
+    user.save()
+    return user.username
+
+
+@pytest.fixture
+def dispatcher_login(make_user: Callable[..., object]) -> str:
+    return user_with_password(make_user, "dina", "dispatcher")
+
+
+@pytest.fixture
+def supervisor_login(make_user: Callable[..., object]) -> str:
+    return user_with_password(make_user, "sue", "supervisor")
+
+
 @pytest.fixture
 def tiers(db: None) -> None:
     call_command("loaddata", "fixtures/default_tiers.json", verbosity=0)

@@ -9,8 +9,9 @@ import time
 
 import pytest
 
+from tests.dashboard.conftest import user_with_password
 from tests.dashboard.test_browser import off_the_page_thread, open_board, row
-from tests.fixtures.browser import PASSWORD, login
+from tests.fixtures.browser import login
 from triage.models import Call, Tier
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -19,22 +20,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 def sounds(page: object, kind: str, call_id: int | None = None) -> int:
     return page.evaluate("([kind, id]) => window.triageBoard.sounds.filter((s) => s.kind === kind && (id === null || s.id === id)).length",
                          [kind, call_id])
-
-
-@pytest.fixture
-def supervisor_login(make_user: object) -> str:
-    user = make_user("sue", "supervisor")
-    user.set_password(PASSWORD)
-    user.save()
-    return user.username
-
-
-@pytest.fixture
-def dispatcher_login(make_user: object) -> str:
-    user = make_user("dina", "dispatcher")
-    user.set_password(PASSWORD)
-    user.save()
-    return user.username
 
 
 def test_an_esi_1_call_sounds_until_acknowledged_and_escalates_to_the_supervisor_after_its_timer(
@@ -116,9 +101,7 @@ def test_focus_stays_on_the_selected_row_element_through_100_updates(page, board
 def test_the_command_line_overrides_and_claims_and_another_board_shows_the_claim(
     page, board_server, dispatcher_login, make_user, make_call
 ):
-    other = make_user("olga", "dispatcher")
-    other.set_password(PASSWORD)
-    other.save()
+    user_with_password(make_user, "olga", "dispatcher")
     call = make_call(4, text="Twisted ankle, can walk.")
     make_call(3)
     open_board(page, board_server, dispatcher_login)
@@ -183,3 +166,32 @@ def test_linked_calls_sit_together_on_the_board_and_a_dispatcher_splits_one_out_
     assert Call.objects.get(pk=second.pk).incident_split
     order = page.evaluate("[...document.querySelectorAll('#queue-body tr[data-id]')].map((r) => Number(r.dataset.id))")
     assert order[:3] == [first.pk, unrelated.pk, second.pk]
+
+
+def test_a_dispatcher_reads_times_in_their_computers_zone_when_they_ask(page, board_server, dispatcher_login, make_call):
+    from zoneinfo import ZoneInfo
+
+    from django.conf import settings
+
+    call = make_call(3)
+    tokyo = page.context.browser.new_context(timezone_id="Asia/Tokyo", viewport={"width": 1400, "height": 1000})
+    try:
+        board = tokyo.new_page()
+        open_board(board, board_server, dispatcher_login)
+        board.keyboard.press("j")
+        panel = board.locator(f'#call-panel [data-call-id="{call.pk}"]')
+        panel.wait_for()
+        centre = f"{call.received_at.astimezone(ZoneInfo(settings.TIME_ZONE)):%H:%M:%S %Z}"  # TRIAGE_TIME_ZONE
+        assert centre in panel.inner_text()
+        board.get_by_role("button", name="Shortcuts").click()
+        assert board.locator("#local-zone").inner_text() == "Asia/Tokyo"
+        board.get_by_label("Show times in this computer's time zone").check()
+        board.keyboard.press("Escape")
+        local = f"{call.received_at.astimezone(ZoneInfo('Asia/Tokyo')):%H:%M:%S %Z}"  # JST
+        board.wait_for_function("text => document.getElementById('call-panel').innerText.includes(text)", arg=local)
+        board.reload()  # remembered: the cookie goes with every request
+        board.wait_for_selector("#conn-status.conn-live")
+        board.keyboard.press("j")
+        board.wait_for_function("text => document.getElementById('call-panel').innerText.includes(text)", arg=local)
+    finally:
+        tokyo.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from tests.fixtures.browser import PASSWORD, ServerProcess, _child_env, login, screenshot
+from tests.fixtures.browser import ServerProcess, _child_env, login, screenshot
 from tests.fixtures.predictors import ARREST_TRANSCRIPT
 from tests.fixtures.services import wait_until
 from triage.models import Call, CallStatus
@@ -23,14 +23,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("board_redis", "redis_conn"),
 ]
-
-
-@pytest.fixture
-def dispatcher_login(make_user: object) -> str:
-    user = make_user("dina", "dispatcher")
-    user.set_password(PASSWORD)
-    user.save()
-    return user.username
 
 
 def post_call(base_url: str, token: str, body: dict) -> tuple[int, str]:
