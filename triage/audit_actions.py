@@ -23,6 +23,7 @@ class AuditAction(models.TextChoices):
     CALL_UPDATED = "call.updated"  # the call system sent narrative, a location or a callback number
     CALL_RETRIAGED = "call.retriaged"  # new narrative was read again (the level raised, kept, or held)
     CALL_ACKNOWLEDGED = "call.acknowledged"
+    CALL_ESCALATED = "call.escalated"  # not acknowledged within its tier's time: the supervisors' to act on
     CALL_ASSIGNED = "call.assigned"  # claimed by a dispatcher, assigned or released
     CALL_LINKED = "call.linked"  # proposed as a call about the same incident as another
     CALL_LINK_CONFIRMED = "call.link_confirmed"

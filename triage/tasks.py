@@ -20,6 +20,7 @@ from triage.models import Call, CallStatus
 from triage.selectors.calls import calls_with_unread_narrative, guidance_sources_ended
 from triage.services.assessments import calls_enqueue_or_leave_for_sweep
 from triage.services.batching import Predictor, call_triage_micro_batch
+from triage.services.board import calls_escalate_overdue
 from triage.services.dispatch import send_retriage_task, send_triage_task, triage_task_slot_release
 from triage.services.incidents import incident_guidance_settle
 from triage.services.recovery import calls_restream_if_lost, sweep_mark_done
@@ -108,13 +109,15 @@ def sweep_stuck_calls() -> dict[str, int]:
     unread = calls_with_unread_narrative(updated_before=cutoff, limit=limit)
     reread = sum(send_retriage_task(call_id) for call_id in unread)
     shared = incident_guidance_settle(source_ids=guidance_sources_ended(limit=limit))  # their task was lost
+    escalated = calls_escalate_overdue()
     if received or triaged or unread:
         logger.warning("sweep: re-sent %d of %d received calls, queued %d of %d triaged calls, re-sent %d of %d "
                        "re-triages", resent, len(received), len(queued), len(triaged), reread, len(unread))
     sweep_mark_done()
     metrics.sweep_done(received=len(received), triaged=len(triaged), restreamed=restreamed, ended_at=time.time())
     return {"received": len(received), "resent": resent, "triaged": len(triaged), "queued": len(queued),
-            "restreamed": restreamed, "unread_narrative": len(unread), "guidance_shared": shared}
+            "restreamed": restreamed, "unread_narrative": len(unread), "guidance_shared": shared,
+            "escalated": len(escalated)}
 
 
 # max_retries is only a ceiling over both kinds of retry: a failed POST is retried by the attempt count below

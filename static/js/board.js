@@ -553,7 +553,8 @@ function alertTick() {
     const tier = state.tiers.get(call.tier_id);
     if (!tier) continue;
     const since = Date.parse(call.triaged_at || call.created_at);
-    if (tier.acknowledge_within_s > 0 && now - since > tier.acknowledge_within_s * 1000) escalated.add(call.id);
+    // the server records it at its sweep; between sweeps the board sees it at once from the same rule
+    if (call.escalated || (tier.acknowledge_within_s > 0 && now - since > tier.acknowledge_within_s * 1000)) escalated.add(call.id);
     if (tier.alert_repeat_s > 0 && now - (state.lastAlert.get(call.id) ?? -Infinity) >= tier.alert_repeat_s * 1000) {
       state.lastAlert.set(call.id, now);
       play(toneOf(call), call.id);

@@ -61,6 +61,8 @@ class Call(models.Model):
     guidance_generation = models.PositiveIntegerField(default=0)
 
     acknowledged_at = models.DateTimeField(null=True, blank=True)
+    # not acknowledged within its tier's acknowledge_within_s: recorded by the sweep (services/board.py)
+    escalated_at = models.DateTimeField(null=True, blank=True)
     acknowledged_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
     )

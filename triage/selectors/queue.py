@@ -150,6 +150,7 @@ def call_state(
         "first_token_at": _iso(call.first_token_at),
         "done_at": _iso(call.done_at or call.failed_at or call.cancelled_at),
         "acknowledged": call.acknowledged_at is not None,
+        "escalated": call.escalated_at is not None,  # recorded by the sweep (services/board.py)
         "acknowledged_by": call.acknowledged_by.get_username() if call.acknowledged_by_id else None,
         "assigned_to": call.assigned_to.get_username() if call.assigned_to_id else None,
         "incident_id": call.incident_id,

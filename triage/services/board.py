@@ -1,4 +1,5 @@
-"""Dispatcher actions on the board that are not call-lifecycle transitions: acknowledge and close.
+"""Dispatcher actions on the board that are not call-lifecycle transitions: acknowledge and close; and the
+escalation of calls nobody acknowledged in time.
 
 Like every service: keyword-only arguments, one transaction, the audit row in it (naming the
 actor), the dashboard event on commit.
@@ -6,14 +7,16 @@ actor), the dashboard event on commit.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from django.db import transaction
 from django.utils import timezone
 
-from triage.models import FINAL_STATUSES, AuditAction, Call
+from triage.models import FINAL_STATUSES, AuditAction, Call, CallStatus
 from triage.realtime import call_changed_on_commit
 from triage.roles import is_dispatcher
 
-from .audit import audit_record
+from .audit import SystemActor, audit_record
 from .errors import Conflict, NotAllowed, field_error
 from .webhooks import WebhookEvent, calls_webhook_on_commit
 
@@ -71,3 +74,28 @@ def call_close(*, call: Call, user: object, outcome: str) -> Call:
         calls_webhook_on_commit([locked], event=WebhookEvent.CLOSED, details={
             "closed_at": locked.closed_at.isoformat(), "outcome": outcome, "by": user.get_username()})
     return locked
+
+
+def calls_escalate_overdue(*, now: datetime | None = None) -> list[int]:
+    """Record every open, unacknowledged call whose tier's ``acknowledge_within_s`` has passed since its triage:
+    ``escalated_at`` and an audit row (``call.escalated``), once per call; the boards show it from the server
+    (each board also computes it between sweeps). The periodic sweep runs this. Returns the calls escalated."""
+    now = now or timezone.now()
+    candidates = (Call.objects.filter(acknowledged_at__isnull=True, escalated_at__isnull=True, closed_at__isnull=True,
+                                      triaged_at__isnull=False, tier__acknowledge_within_s__gt=0)
+                  .exclude(status=CallStatus.CANCELLED).select_related("tier"))
+    overdue = {c.pk: c.tier.acknowledge_within_s for c in candidates
+               if now - c.triaged_at > timedelta(seconds=c.tier.acknowledge_within_s)}
+    escalated = []
+    for pk, within_s in overdue.items():
+        with transaction.atomic():
+            locked = Call.objects.select_for_update().get(pk=pk)
+            if locked.acknowledged_at is not None or locked.escalated_at is not None:
+                continue  # acknowledged (or escalated) meanwhile
+            locked.escalated_at = now
+            locked.save(update_fields=["escalated_at"])
+            audit_record(action=AuditAction.CALL_ESCALATED, actor=SystemActor.TRIAGE, call=locked,
+                         data={"acknowledge_within_s": within_s, "level": locked.level})
+            call_changed_on_commit(locked.pk)
+        escalated.append(pk)
+    return escalated

@@ -86,7 +86,7 @@ def test_the_sweep_leaves_queued_and_recent_calls_alone(redis_conn, monkeypatch)
     recent, old = make_call(), make_call()
     _age([old.pk])
     assert sweep_stuck_calls() == {"received": 1, "resent": 1, "triaged": 0, "queued": 0, "restreamed": 0,
-                                   "unread_narrative": 0, "guidance_shared": 0}
+                                   "unread_narrative": 0, "guidance_shared": 0, "escalated": 0}
     assert sent == [old.pk] and recent.pk not in sent
 
 
