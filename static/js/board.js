@@ -653,7 +653,14 @@ function panelAction(kind) {
     return;
   }
   const form = panel.querySelector(`form[data-action="${kind}"]`);
-  if (form) form.requestSubmit();
+  if (form) submitPanelForm(form);
+}
+
+// A key pressed just as the panel is swapped in finds a form htmx has not processed yet: submitted as it stands,
+// the browser would post it natively and leave the board. Processing it first (idempotent) keeps it on htmx.
+function submitPanelForm(form) {
+  if (window.htmx) window.htmx.process(form);
+  form.requestSubmit();
 }
 
 // Single-key shortcuts can be switched off (WCAG 2.1.4: they clash with speech input and some screen readers);
@@ -690,7 +697,7 @@ const commandResult = $("command-result");
 
 function setForm(form, values) {
   for (const [name, value] of Object.entries(values)) form.elements[name].value = value;
-  form.requestSubmit();
+  submitPanelForm(form);
 }
 
 function panelForm(kind) {
@@ -729,7 +736,7 @@ function runCommand(text) {
     if (!arg || !match) return `No protocol "${arg}"`;
     setForm(form, { protocol: match.value });
   } else {
-    form.requestSubmit();
+    submitPanelForm(form);
   }
   return `${verb.toUpperCase()} sent for call #${state.selectedId}`;
 }

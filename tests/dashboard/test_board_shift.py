@@ -178,7 +178,7 @@ def test_a_dispatcher_reads_times_in_their_computers_zone_when_they_ask(page, bo
     try:
         board = tokyo.new_page()
         open_board(board, board_server, dispatcher_login)
-        board.keyboard.press("j")
+        row(board, call.pk).click()
         panel = board.locator(f'#call-panel [data-call-id="{call.pk}"]')
         panel.wait_for()
         centre = f"{call.received_at.astimezone(ZoneInfo(settings.TIME_ZONE)):%H:%M:%S %Z}"  # TRIAGE_TIME_ZONE
@@ -191,7 +191,7 @@ def test_a_dispatcher_reads_times_in_their_computers_zone_when_they_ask(page, bo
         board.wait_for_function("text => document.getElementById('call-panel').innerText.includes(text)", arg=local)
         board.reload()  # remembered: the cookie goes with every request
         board.wait_for_selector("#conn-status.conn-live")
-        board.keyboard.press("j")
+        row(board, call.pk).click()
         board.wait_for_function("text => document.getElementById('call-panel').innerText.includes(text)", arg=local)
     finally:
         tokyo.close()
