@@ -74,11 +74,14 @@ class CallForLinking:
 
     def with_words(self) -> CallForLinking:
         """The call with its content words read once (the rule compares each call with many)."""
-        return replace(self, words=frozenset(content_words(self.text)))
+        return replace(self, words=content_words(self.text))
 
 
-def content_words(text: str) -> set[str]:
-    return {_STEM(w) for w in _WORD.findall(text.lower()) if w not in STOP_WORDS and w not in CALL_WORDS}
+@lru_cache(maxsize=4096)
+def content_words(text: str) -> frozenset[str]:
+    """A transcript's content words, read once per process: an open call is compared with every call that
+    arrives after it for up to ``max_gap_s``."""
+    return frozenset(_STEM(w) for w in _WORD.findall(text.lower()) if w not in STOP_WORDS and w not in CALL_WORDS)
 
 
 @lru_cache(maxsize=1)

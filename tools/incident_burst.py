@@ -12,7 +12,6 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -120,16 +119,3 @@ def evaluate_links(calls: Sequence[BurstCall], *, rule: LinkRule = DEFAULT_RULE)
     return LinkScore(proposed=len(links), correct=correct, linkable=linkable,
                      precision=correct / len(links) if links else 1.0, recall=correct / linkable if linkable else 1.0,
                      links=links)
-
-
-def burst_payloads(calls: Sequence[BurstCall], prefix: str) -> list[tuple[float, dict[str, Any]]]:
-    """(offset, the POST body) of each call, as a call system would send it."""
-    bodies = []
-    for call in calls:
-        body: dict[str, Any] = {"external_id": f"{prefix}-{call.key}", "transcript": call.transcript}
-        if call.lat is not None:
-            body.update(location_lat=round(call.lat, 6), location_lon=round(call.lon, 6))
-        if call.address:
-            body["location_address"] = call.address
-        bodies.append((call.offset_s, body))
-    return bodies

@@ -42,12 +42,19 @@ def send_triage_task(call_id: int) -> bool:
     (~1.5 ms of the web process's CPU) serves many calls. Without Redis the task is sent anyway."""
     if not _claim_task_slot(call_id):
         return True  # a task that has not started yet will claim this call
+    if _publish(TRIAGE_TASK, (call_id,), f"triage task for call {call_id} not sent; the sweep will re-send it",
+                call_id=call_id):
+        return True
+    triage_task_slot_release()  # let the next call try to publish
+    return False
+
+
+def _publish(task: str, args: tuple, failed: str, *, call_id: int | None = None) -> bool:
+    """Publish ``task`` by name; a broker that is away is logged (``failed``), not raised: the sweep re-sends."""
     try:
-        celery_app.send_task(TRIAGE_TASK, args=(call_id,))
+        celery_app.send_task(task, args=args)
     except Exception:  # kombu raises several unrelated types when the broker is away
-        logger.warning("triage task for call %s not sent; the sweep will re-send it", call_id, exc_info=True,
-                       extra={"call_id": call_id})
-        triage_task_slot_release()  # let the next call try to publish
+        logger.warning(failed, exc_info=True, extra={"call_id": call_id} if call_id is not None else None)
         return False
     return True
 
@@ -75,13 +82,8 @@ def send_retriage_task(call_id: int) -> bool:
     """Have the triage queue read a call again after new narrative (``retriage.call_retriage``). Not coalesced:
     each task reads the whole narrative and a stale one stops at once. A broker outage is logged; the sweep
     re-sends calls whose assessment read an older narrative."""
-    try:
-        celery_app.send_task(RETRIAGE_TASK, args=(call_id,))
-    except Exception:  # kombu raises several unrelated types when the broker is away
-        logger.warning("re-triage task for call %s not sent; the sweep will re-send it", call_id, exc_info=True,
-                       extra={"call_id": call_id})
-        return False
-    return True
+    return _publish(RETRIAGE_TASK, (call_id,), f"re-triage task for call {call_id} not sent; the sweep will re-send it",
+                    call_id=call_id)
 
 
 def share_guidance_on_commit(calls: Iterable[Call]) -> None:
@@ -95,10 +97,5 @@ def share_guidance_on_commit(calls: Iterable[Call]) -> None:
 def send_share_guidance_task(source_ids: list[int]) -> bool:
     """Have the calls sharing the guidance of ``source_ids`` (calls that just ended) take it, or generate their
     own (``incidents.incident_guidance_settle``). A broker outage is logged; the sweep settles them later."""
-    try:
-        celery_app.send_task(SHARE_GUIDANCE_TASK, args=(source_ids,))
-    except Exception:  # kombu raises several unrelated types when the broker is away
-        logger.warning("guidance-sharing task for calls %s not sent; the sweep will settle them", source_ids,
-                       exc_info=True)
-        return False
-    return True
+    return _publish(SHARE_GUIDANCE_TASK, (source_ids,),
+                    f"guidance-sharing task for calls {source_ids} not sent; the sweep will settle them")

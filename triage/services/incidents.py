@@ -60,20 +60,22 @@ def calls_link(calls: Sequence[Call], assessments: dict[int, TriageAssessment]) 
     of its protocol. O(calls x CANDIDATES_MAX) comparisons."""
     gap = timedelta(seconds=DEFAULT_RULE.max_gap_s)
     for call in sorted(calls, key=lambda c: c.pk):
+        if call.incident_split:
+            continue
         candidates = list(
             Call.objects.filter(pk__lt=call.pk, received_at__gte=call.received_at - gap,
                                 received_at__lte=call.received_at + gap, closed_at__isnull=True, incident_split=False,
                                 level__isnull=False)
             .exclude(status=CallStatus.CANCELLED).select_related("incident").order_by("-pk")[:CANDIDATES_MAX]
         )
-        if call.incident_split or not candidates:
+        if not candidates:
             continue
         mine = for_linking(call)
-        by_id = {c.pk: c for c in candidates}
-        target_id = best_link(mine, [for_linking(c) for c in candidates])
+        linkable = {c.pk: for_linking(c) for c in candidates}
+        target_id = best_link(mine, linkable.values())
         if target_id is None:
             continue
-        target = by_id[target_id]
+        target = next(c for c in candidates if c.pk == target_id)
         if target.incident is None:
             target.incident = Incident.objects.create()
             target.save(update_fields=["incident"])
@@ -83,7 +85,7 @@ def calls_link(calls: Sequence[Call], assessments: dict[int, TriageAssessment]) 
         call.save(update_fields=["incident", "guidance_source"])
         audit_record(action=AuditAction.CALL_LINKED, actor=SYSTEM_TRIAGE, call=call, data={
             "incident": call.incident_id, "with": target.pk,
-            "similarity": round(link_score(mine, for_linking(target)) or 0.0, 3),
+            "similarity": round(link_score(mine, linkable[target_id]) or 0.0, 3),
             "guidance_from": call.guidance_source_id})
 
 
