@@ -129,9 +129,11 @@ class Engine:
         max_new_tokens: int | None = None,
         payload: dict | None = None,
         read_out: Iterable[str] | None = None,
+        client: str = "",
     ) -> Request:
         """Queue a request. ``read_out``: the sentences its output may consist of (each whole, at most once, then
-        EOS); every other token is masked (``inference.guidance.read_out``)."""
+        EOS); every other token is masked (``inference.guidance.read_out``). ``client``: the call system, for fair
+        share within a level (``scheduler.policies.fair_share``)."""
         ids = self.codec.encode(prompt) if isinstance(prompt, str) else list(prompt)
         max_new = max_new_tokens or self.max_new_tokens
         # Leave room for at least MIN_OUTPUT_ROOM tokens of guidance (generation also stops at max_positions);
@@ -143,6 +145,7 @@ class Engine:
             id=request_id,
             level=level,
             tier=tier,
+            client=client,
             arrival_s=self.clock() if arrival_s is None else arrival_s,
             prompt_tokens=len(ids),
             predicted_output_tokens=max(1, int(predicted_output_tokens)),

@@ -133,6 +133,10 @@ class SchedulerConfig:
     # Slots past batch_size that only requests of a PROTECTED_LEVELS (effective) level may take. Set by the surge
     # controller in protect mode (scheduler/slo.py), not by an administrator: 0 outside a surge.
     surge_extra_slots: int = 0
+    # Fair share across call systems within a level (weighted VTC, policies/fair_share.py): a call system's
+    # weight (default 1); off: the policy's order across call systems, however many calls one of them sends.
+    client_weights: Mapping[str, float] = field(default_factory=dict)
+    fair_share: bool = True
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -151,7 +155,10 @@ class SchedulerConfig:
             raise ValueError("limited_preemption_c must be >= 0 or None")
         if sum(t.reserved_kv_fraction for t in self.tiers.values()) > 0.9:
             raise ValueError("reserved KV fractions must sum to at most 0.9")
+        if any(w <= 0 for w in self.client_weights.values()):
+            raise ValueError("client weights must be > 0")
         object.__setattr__(self, "tiers", dict(self.tiers))
+        object.__setattr__(self, "client_weights", dict(self.client_weights))
 
     @property
     def kv_capacity_tokens(self) -> int:

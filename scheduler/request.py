@@ -36,6 +36,7 @@ class Request:
     prompt_tokens: int
     predicted_output_tokens: int
     tier: str | None = None
+    client: str = ""  # the call system that sent the call: fair share within a level (policies/fair_share.py)
     # Known to the simulator (and the clairvoyant oracle) only; the live engine leaves it None.
     true_output_tokens: int | None = None
     generated_tokens: int = 0

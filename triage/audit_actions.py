@@ -35,6 +35,7 @@ class AuditAction(models.TextChoices):
     API_CLIENT_DEACTIVATED = "api_client.deactivated"
     API_CLIENT_WEBHOOK_SET = "api_client.webhook_set"
     API_CLIENT_WEBHOOK_SECRET_ROTATED = "api_client.webhook_secret_rotated"
+    API_CLIENT_SHARE_SET = "api_client.share_set"  # its fair-share weight among call systems
     SCHEDULER_SETTINGS_UPDATED = "scheduler_settings.updated"
     SURGE_MODE_CHANGED = "surge.mode_changed"
     TIER_CREATED = "tier.created"

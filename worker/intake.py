@@ -237,6 +237,7 @@ class StreamIntake:
             or (entry or StreamEntry).predicted_output_tokens,
             arrival_s=call.accepted_at_s,
             read_out=read_out,
+            client=call.client,
         )
         self.guidance.admitted(request_id(call_id), call.plan, call.generation)
 

@@ -128,10 +128,11 @@ class VllmPool:
 
     def add_request(self, request_id: str, prompt: str, *, level: int, predicted_output_tokens: int,
                     tier: str | None = None, arrival_s: float | None = None,
-                    max_new_tokens: int | None = None, read_out: Iterable[str] | None = None) -> Request:
+                    max_new_tokens: int | None = None, read_out: Iterable[str] | None = None,
+                    client: str = "") -> Request:
         if read_out is not None:
             raise ValueError("read_out: the vLLM servers' output is held by the stream guard, not constrained")
-        request = Request(id=request_id, level=level, tier=tier,
+        request = Request(id=request_id, level=level, tier=tier, client=client,
                           arrival_s=time.time() if arrival_s is None else arrival_s, prompt_tokens=0,
                           predicted_output_tokens=max(1, int(predicted_output_tokens)))
         with self._lock:

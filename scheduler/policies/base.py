@@ -34,7 +34,8 @@ from scheduler.decision import Decision, KVUsage
 from scheduler.memory import EvictionHeap, KVMemory
 from scheduler.policies.allocation import KVAllocator
 from scheduler.policies.displacement import preemption_allowed
-from scheduler.policies.schedule_queue import ScheduleEntry, ScheduleQueue
+from scheduler.policies.fair_share import FairShareQueue
+from scheduler.policies.schedule_queue import ScheduleEntry
 from scheduler.policies.stage_merge import StageMerge, decode_ready
 from scheduler.policies.surge_slots import take_surge_slots
 from scheduler.request import Request, Stage
@@ -52,7 +53,7 @@ class BaseScheduler:
         self.cost = cost
         self.arrival_buffer: deque[Request] = deque()
         self._control: deque[tuple[str, Any]] = deque()
-        self.schedule_queue = ScheduleQueue()
+        self.schedule_queue = FairShareQueue(config.client_weights, config.fair_share)  # one heap per call system
         self.requests: dict[str, Request] = {}  # every request not yet done or cancelled
         self.running: list[Request] = []  # the last batch, less the finished
         self._running_keys: dict[str, tuple] = {}  # keys computed when last selected (stale but >= true)
@@ -119,6 +120,7 @@ class BaseScheduler:
                 successor.kv.adopt(r, successor.tier(r).name, held, successor.priority_key(r, now_s))
             successor._push(r, now_s)
         successor.preemptions += self.preemptions
+        successor.schedule_queue.counters = dict(self.schedule_queue.counters)
         successor.kv.swapped_tokens += self.kv.swapped_tokens
         successor.kv.recomputed_tokens += self.kv.recomputed_tokens
         self.requests, self.running, self._cancelled_out = {}, [], []
@@ -146,6 +148,7 @@ class BaseScheduler:
         """Every batch member emitted one token: its whole context (but the newest token) now has KV on
         device. O(b)."""
         finished = set(finished_ids)
+        self.schedule_queue.charge_iteration(decision.batch)  # before the step's tokens are accounted
         still_running = []
         keys = self._running_keys
         for r in decision.batch:
@@ -290,6 +293,7 @@ class BaseScheduler:
         self.config = config
         self._tier_cache.clear()
         self.kv.reconfigure(config)
+        self.schedule_queue.weights, self.schedule_queue.enabled = dict(config.client_weights), config.fair_share
         self._running_keys.clear()
         for r in self.schedule_queue.drain():  # O(n log n), once per administrator change
             self._push(r, now_s)
@@ -339,9 +343,10 @@ class BaseScheduler:
                 break
             if len(selected) < slots:
                 bisect.insort(selected, queue.pop())
-            elif selected and top < selected[-1] and (
-                # a waiting worst simply ranks lower; a running one loses its slot only where the policy says so
-                selected[-1].seq is not None or self.displaces(top.key, selected[-1].key)
+            elif selected and not selected[-1].from_heap and top < selected[-1] and self.displaces(
+                # only a running worst can lose its slot, where the policy says so: one popped earlier ranks
+                # before top in the queue's order (by key, or by fair share among call systems)
+                top.key, selected[-1].key
             ):
                 bisect.insort(selected, queue.pop())
                 dropped.append(selected.pop())

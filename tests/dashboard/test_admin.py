@@ -184,11 +184,22 @@ def test_admin_sets_a_webhook_url_through_the_audited_service(make_user, make_ap
     api_client, _ = make_api_client("cad-hooks")
     client = staff_client(make_user("ada", "admin"))
     page = f"/admin/triage/apiclient/{api_client.pk}/change/"
-    client.post(page, {"webhook_url": "https://cad.example.org/hooks"})
+    client.post(page, {"webhook_url": "https://cad.example.org/hooks", "share_weight": 1})
     api_client.refresh_from_db()
     assert api_client.webhook_url == "https://cad.example.org/hooks"
     assert AuditEvent.objects.filter(action="api_client.webhook_set").exists()
     assert api_client.webhook_secret in client.get(page).content.decode()  # the receiver needs it
+
+
+def test_admin_sets_a_call_systems_fair_share_through_the_audited_service(make_user, make_api_client):
+    api_client, _ = make_api_client("cad-share")
+    client = staff_client(make_user("ada", "admin"))
+    page = f"/admin/triage/apiclient/{api_client.pk}/change/"
+    client.post(page, {"webhook_url": "", "share_weight": 3})
+    api_client.refresh_from_db()
+    assert api_client.share_weight == 3
+    assert AuditEvent.objects.filter(action="api_client.share_set", data__share_weight=3).exists()
+    assert not AuditEvent.objects.filter(action="api_client.webhook_set").exists()  # unchanged, not re-set
 
 
 def test_webhook_deliveries_are_listed_read_only(make_user, make_api_client):

@@ -14,6 +14,7 @@ from triage.models import (
 )
 from triage.roles import is_admin
 from triage.services.clients import api_client_create, api_client_deactivate, api_client_rotate
+from triage.services.config import api_client_set_share_weight
 from triage.services.errors import DomainError
 from triage.services.webhooks import (
     api_client_rotate_webhook_secret,
@@ -75,13 +76,14 @@ class ApiClientAdmin(admin.ModelAdmin):
     def get_fields(self, request: HttpRequest, obj: ApiClient | None = None) -> tuple:
         if obj is None:
             return ("name", "scopes", "throttle_rate", "webhook_url")
-        return ("name", "token_prefix", "scopes", "throttle_rate", "is_active", "created_at", "rotated_at",
-                "webhook_url", "webhook_secret")
+        return ("name", "token_prefix", "scopes", "throttle_rate", "share_weight", "is_active", "created_at",
+                "rotated_at", "webhook_url", "webhook_secret")
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiClient | None = None) -> tuple:
-        # Edits go through services that audit them: the actions (rotate, deactivate) and the webhook URL,
-        # the one field this form changes (save_model).
-        return tuple(f for f in self.get_fields(request, obj) if f != "webhook_url") if obj is not None else ()
+        # Edits go through services that audit them: the actions (rotate, deactivate), the webhook URL and the
+        # share weight, the fields this form changes (save_model).
+        editable = ("webhook_url", "share_weight")
+        return tuple(f for f in self.get_fields(request, obj) if f not in editable) if obj is not None else ()
 
     @admin.display(description="Scopes")
     def scope_list(self, obj: ApiClient) -> str:
@@ -93,6 +95,12 @@ class ApiClientAdmin(admin.ModelAdmin):
                 try:
                     api_client_set_webhook(client=ApiClient.objects.get(pk=obj.pk),
                                            url=form.cleaned_data.get("webhook_url") or "", actor=request.user)
+                except DomainError as exc:
+                    _report(request, exc)
+            if "share_weight" in form.changed_data:
+                try:
+                    api_client_set_share_weight(client=ApiClient.objects.get(pk=obj.pk),
+                                                weight=form.cleaned_data["share_weight"], actor=request.user)
                 except DomainError as exc:
                     _report(request, exc)
             return

@@ -20,6 +20,9 @@ class ApiClient(models.Model):
         max_length=20, blank=True, help_text='Requests per period, e.g. "600/min"; empty: the default intake rate'
     )
     is_active = models.BooleanField(default=True)
+    share_weight = models.PositiveSmallIntegerField(
+        default=1, help_text="Fair share of the LLM work among call systems, within one ESI level: a call system of "
+        "weight 2 gets twice the service of one of weight 1 while both have calls waiting (never across levels)")
     created_at = models.DateTimeField(auto_now_add=True)
     rotated_at = models.DateTimeField(null=True, blank=True)
     # After a rotation the previous token works too, until then: a 24/7 call system switches without a gap.

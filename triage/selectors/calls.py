@@ -85,6 +85,7 @@ class GenerationInput:
     predicted_output_tokens: int | None  # None until the call is triaged
     plan: GuidancePlan | None  # what the guidance must read out (the stream guard holds it to this)
     generation: int = 0  # the call's guidance generation: a result of an earlier one is not stored
+    client: str = ""  # the call system that sent it (its name; "" for the board's own): fair share within a level
 
 
 def calls_generation_input(*, call_ids: Iterable[int]) -> dict[int, GenerationInput | None]:
@@ -98,10 +99,11 @@ def calls_generation_input(*, call_ids: Iterable[int]) -> dict[int, GenerationIn
     rows = Call.objects.filter(pk__in=list(call_ids)).values_list(
         "pk", "status", "level", "tier__name", "transcript", "created_at", "assessment__predicted_output_tokens",
         "assessment__protocol", "assessment__protocol_family", "assessment__patient_age", "guidance_generation",
+        "client__name",
     )
     library = load_library()
     out: dict[int, GenerationInput | None] = {}
-    for pk, status, level, tier, transcript, created_at, predicted, protocol, family, age, generation in rows:
+    for pk, status, level, tier, transcript, created_at, predicted, protocol, family, age, generation, client in rows:
         if status in FINAL_STATUSES:
             out[pk] = None
             continue
@@ -110,6 +112,7 @@ def calls_generation_input(*, call_ids: Iterable[int]) -> dict[int, GenerationIn
         out[pk] = GenerationInput(
             level=level, tier=tier or "", prompt=guidance_prompt(plan, transcript) if plan else "",
             accepted_at_s=created_at.timestamp(), predicted_output_tokens=predicted, plan=plan, generation=generation,
+            client=client or "",
         )
     return out
 

@@ -7,7 +7,7 @@ a dispatcher sees is what the scheduler does.
 from __future__ import annotations
 
 from scheduler.config import SchedulerConfig
-from triage.models import SchedulerSettings, Tier
+from triage.models import ApiClient, SchedulerSettings, Tier
 
 
 def scheduler_config_load(*, base: SchedulerConfig | None = None) -> SchedulerConfig:
@@ -20,6 +20,7 @@ def scheduler_config_load(*, base: SchedulerConfig | None = None) -> SchedulerCo
         preempt_on_arrival=s.preempt_on_arrival, preempt_within_level=s.preempt_within_level,
         limited_preemption_c=s.limited_preemption_c, aging_enabled=s.aging_enabled, stage_merge=s.stage_merge,
         lower_prefill_share=s.lower_prefill_share, eviction=s.eviction, tiers=tiers or base.tiers,
+        client_weights=dict(ApiClient.objects.exclude(share_weight=1).values_list("name", "share_weight")),
     )
 
 

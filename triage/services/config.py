@@ -16,7 +16,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from triage.contracts import ConfigChanged
-from triage.models import ESI_LEVELS, AuditAction, SchedulerSettings, Tier
+from triage.models import ESI_LEVELS, ApiClient, AuditAction, SchedulerSettings, Tier
 from triage.realtime import mark_calls_dirty
 from triage.selectors.queue import live_calls
 from triage.streams import control_publish_on_commit
@@ -105,6 +105,19 @@ def tier_delete(*, tier: Tier, actor: Actor) -> None:
         name = tier.name
         tier.delete()
         config_changed(actor=actor, action=AuditAction.TIER_DELETED, data={"tier": name})
+
+
+def api_client_set_share_weight(*, client: ApiClient, weight: int, actor: Actor) -> ApiClient:
+    """The call system's fair share of the LLM work within a level (scheduler.policies.fair_share); the
+    inference worker reloads its configuration after the commit."""
+    if isinstance(weight, bool) or not isinstance(weight, int) or not 1 <= weight <= 100:
+        raise DomainError("invalid share weight", fields={"share_weight": ["a whole number from 1 to 100"]})
+    with transaction.atomic():
+        client.share_weight = weight
+        client.save(update_fields=["share_weight"])
+        config_changed(actor=actor, action=AuditAction.API_CLIENT_SHARE_SET,
+                       data={"client": client.name, "share_weight": weight})
+    return client
 
 
 def _jsonable(fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -69,3 +69,22 @@ def test_the_live_scheduler_configuration_carries_the_stage_and_eviction_setting
     scheduler_settings_update(actor=admin_user, stage_merge="strict", lower_prefill_share=0.0, eviction="swap")
     config = scheduler_config_load()
     assert (config.stage_merge, config.lower_prefill_share, config.eviction) == ("strict", 0.0, "swap")
+
+
+def test_a_call_systems_share_weight_reaches_the_live_scheduler_configuration_audited(admin_user):
+    from triage.selectors.scheduler import scheduler_config_load
+    from triage.services.clients import api_client_create
+    from triage.services.config import api_client_set_share_weight
+
+    county = api_client_create(name="county-cad").client
+    api_client_create(name="state-feed")
+    version = SchedulerSettings.load().version
+    api_client_set_share_weight(client=county, weight=3, actor=admin_user)
+    assert scheduler_config_load().client_weights == {"county-cad": 3}  # weight 1 is the default, left out
+    assert SchedulerSettings.load().version == version + 1  # the worker reloads
+    event = AuditEvent.objects.get(action="api_client.share_set")
+    assert event.data["client"] == "county-cad" and event.data["share_weight"] == 3
+    for bad in (0, 101, True, 2.5):
+        with pytest.raises(DomainError) as error:
+            api_client_set_share_weight(client=county, weight=bad, actor=admin_user)
+        assert "share_weight" in error.value.fields

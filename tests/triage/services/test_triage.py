@@ -95,3 +95,14 @@ def test_a_call_without_a_matching_tier_is_queued_without_tier(
     assert Call.objects.get(pk=call.pk).tier is None
     assert [int(e["call_id"]) for e in stream_entries(redis_conn)] == [call.pk]
     assert calls_generation_input(call_ids=[call.pk])[call.pk].tier == ""
+
+
+def test_the_worker_learns_which_call_system_sent_a_call_for_fair_share(record):
+    from triage.services.clients import api_client_create
+
+    county = api_client_create(name="county-cad").client
+    sent, own = make_call(client=county), make_call()
+    record(sent)
+    record(own)
+    generation = calls_generation_input(call_ids=[sent.pk, own.pk])
+    assert generation[sent.pk].client == "county-cad" and generation[own.pk].client == ""
