@@ -41,7 +41,14 @@ WINDOW_S = 60.0
 MEASURES = ("ttft", "tpot", "e2e")
 
 
+# Degraded first in protect mode: their guidance is the protocol's key questions only (never ESI 1-2's).
+BRIEF_GUIDANCE_LEVELS = tuple(level for level in ESI_LEVELS if level not in PROTECTED_LEVELS)
+
+
 class SurgeMode(StrEnum):
+    """``protect``: extra batch slots for ESI 1-2, and the other levels' guidance is the key questions only
+    (``BRIEF_GUIDANCE_LEVELS``, applied by the inference worker at admission)."""
+
     NORMAL = "normal"
     PROTECT = "protect"
 

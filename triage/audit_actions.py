@@ -28,6 +28,7 @@ class AuditAction(models.TextChoices):
     CALL_LINKED = "call.linked"  # proposed as a call about the same incident as another
     CALL_LINK_CONFIRMED = "call.link_confirmed"
     CALL_LINK_SPLIT = "call.link_split"
+    CALL_GUIDANCE_BRIEF = "call.guidance_brief"  # key questions only: the surge controller protects ESI 1-2
     CALL_GUIDANCE_UNSHARED = "call.guidance_unshared"  # generates its own guidance (split, switch, source failed)
     CALL_CLOSED = "call.closed"
     API_CLIENT_CREATED = "api_client.created"

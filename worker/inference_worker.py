@@ -8,7 +8,7 @@ import time
 from collections import Counter
 
 import redis
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, close_old_connections, connection
 
 from inference.engine import StepResult
 from inference.executor import Executor
@@ -22,8 +22,9 @@ from triage.contracts import (
     Reprioritise,
     control_from_json,
 )
-from triage.selectors.calls import calls_generation_input
+from triage.selectors.calls import GenerationInput, calls_generation_input
 from triage.selectors.scheduler import guard_similarity_threshold_load, scheduler_config_load
+from triage.services.surge import call_guidance_brief_record
 from worker.request_ids import request_id
 
 from .intake import StreamIntake, WorkerOptions
@@ -54,6 +55,7 @@ class InferenceWorker:
         self.sink = ResultSink(client, options, self.intake, self.guidance, self.stats, readmit=self._readmit.append,
                                metrics=self.metrics)
         self.surge = SurgeLoop(engine, self.metrics.slo, enabled=options.surge_control)
+        self.intake.brief_levels, self.intake.on_brief = self.surge.brief_levels, self._briefed
         self._threads: list[threading.Thread] = []
 
     # --- lifecycle ----------------------------------------------------------------------------------------
@@ -161,13 +163,21 @@ class InferenceWorker:
         ids = list(self._readmit)
         self._readmit.clear()  # the same list: the sink holds its append
         close_old_connections()
-        current = calls_generation_input(call_ids=ids)
+        current = calls_generation_input(call_ids=ids, brief_levels=self.surge.brief_levels())
         for call_id in ids:
             call = current.get(call_id)
             if call is None or request_id(call_id) in self.engine.sequences:
                 continue  # final meanwhile, or admitted already from its new stream entry
             self.intake.add_to_engine(call_id, call)
             self.sink.pending.restart(call_id)
+
+    def _briefed(self, call_id: int, call: GenerationInput) -> None:
+        """A call admitted with key questions only (protect mode): counted, and audited on the call."""
+        self.stats["brief_guidance"] += 1
+        try:
+            call_guidance_brief_record(call_id=call_id, level=call.level, generation=call.generation)
+        except DatabaseError:  # the call is generated regardless; the metric counts it
+            log.exception("brief guidance of call %s not audited: the database refused", call_id)
 
     def _apply_guard_mode(self) -> None:
         threshold = guard_similarity_threshold_load()

@@ -17,7 +17,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import redis
@@ -66,6 +66,8 @@ class StreamIntake:
         self.engine, self.redis, self.opts, self.guidance, self._wake = engine, client, options, guidance, wake
         self._entries: dict[int, list[str]] = defaultdict(list)  # call id -> stream entry ids to acknowledge
         self._lock = threading.Lock()
+        self.brief_levels: Callable[[], Collection[int]] = tuple  # the surge loop's, set by the worker
+        self.on_brief: Callable[[int, GenerationInput], None] = lambda call_id, call: None  # the worker records it
 
     # --- the consumer group ----------------------------------------------------------------------------
     def ensure_group(self) -> None:
@@ -200,7 +202,8 @@ class StreamIntake:
         if not parsed:
             return 0
         close_old_connections()
-        current = calls_generation_input(call_ids=[entry.call_id for _, entry in parsed])
+        current = calls_generation_input(call_ids=[entry.call_id for _, entry in parsed],
+                                         brief_levels=self.brief_levels())
         admitted = 0
         for entry_id, entry in parsed:
             call_id = entry.call_id
@@ -240,6 +243,8 @@ class StreamIntake:
             client=call.client,
         )
         self.guidance.admitted(request_id(call_id), call.plan, call.generation)
+        if call.brief:
+            self.on_brief(call_id, call)
 
     def holds(self, call_id: int) -> bool:
         """Whether a stream entry of the call is this worker's, not yet acknowledged."""

@@ -89,6 +89,7 @@ class WorkerMetrics:
             "off_protocol_sentences_total": self.guidance.off_protocol_total,
             "iterations_total": self.stats["iterations"],
             "generation_errors_total": self.stats["generation_errors"],
+            "brief_guidance_total": self.stats["brief_guidance"],
             "updated_at": round(now, 3),
         }
 
@@ -179,3 +180,5 @@ class _SnapshotCollector:
                       m["off_protocol_sentences_total"])
         yield counter("triage_inference_generation_errors", "Batches' calls the model failed on",
                       m["generation_errors_total"])
+        yield counter("triage_inference_brief_guidance", "Calls admitted with key questions only (surge protect mode)",
+                      m["brief_guidance_total"])

@@ -1,6 +1,7 @@
 """The surge controller on the inference worker's engine loop (``scheduler.slo``): once a second it reads the SLO
 window the metrics keep and the engine's queue, and in protect mode runs the administrator's configuration with
-extra batch slots for ESI 1-2 (``scheduler.slo.surge_config``). Each change of mode is logged, audited
+extra batch slots for ESI 1-2 (``scheduler.slo.surge_config``) and admits calls of the other levels with the
+protocol's key questions only (``brief_levels``; each such call audited ``call.guidance_brief``). Each change of mode is logged, audited
 (``surge.mode_changed``, by ``system:inference``) and exported (``triage_surge_protect``; the board shows it).
 
 It acts on our own engine only: a vLLM pool schedules inside the vLLM servers, so there the loop measures and
@@ -17,7 +18,7 @@ from django.db import DatabaseError, close_old_connections
 from inference.executor import Executor
 from scheduler.config import SchedulerConfig
 from scheduler.policies import BaseScheduler
-from scheduler.slo import SloWindow, SurgeDriver, SurgeMode
+from scheduler.slo import BRIEF_GUIDANCE_LEVELS, SloWindow, SurgeDriver, SurgeMode
 from triage.services.surge import surge_mode_record
 
 log = logging.getLogger("worker")
@@ -42,6 +43,10 @@ class SurgeLoop:
     @property
     def mode(self) -> SurgeMode:
         return self.driver.mode
+
+    def brief_levels(self) -> tuple[int, ...]:
+        """The levels whose calls are admitted with key questions only: the lower tiers, in protect mode."""
+        return BRIEF_GUIDANCE_LEVELS if self.acts and self.driver.mode is SurgeMode.PROTECT else ()
 
     @property
     def admin(self) -> SchedulerConfig:

@@ -51,6 +51,19 @@ def plan_guidance(
                         tuple(fill(s, patient) for s in sentences), library.label, sentences)
 
 
+def brief_plan(library: ProtocolLibrary, plan: GuidancePlan, esi: int, age_years: float | None = None) -> GuidancePlan:
+    """Key questions only: the family's send line and key questions in place of the protocol's band, the first
+    step of degrading a less urgent call's guidance in a surge (issue 30); the protocol is kept, so the call's
+    records and a later full generation still name it. A plan that is key questions already is returned as is."""
+    if plan.protocol == UNCLEAR or plan.family not in library.families:
+        return plan
+    fam = library.families[plan.family]
+    template = (fam.send_for(esi), ASK, *fam.key_questions)
+    patient = patient_words(age_years)
+    return GuidancePlan(plan.protocol, plan.protocol_version, plan.family, plan.band,
+                        tuple(fill(s, patient) for s in template), plan.library_version, template)
+
+
 def normalise_transcript(transcript: str) -> str:
     """Lower case, no apostrophes, single spaces: casing and apostrophes say nothing about the emergency, and
     hurried typists drop both."""

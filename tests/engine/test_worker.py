@@ -474,3 +474,33 @@ def test_with_surge_control_off_the_schedule_is_never_changed(make_worker, strea
     thread.join(30)
     assert not AuditEvent.objects.filter(action="surge.mode_changed").exists()
     assert worker.engine.scheduler.config.surge_extra_slots == 0
+
+
+def test_in_protect_mode_less_urgent_calls_get_key_questions_only_and_esi_1_2_full_guidance(make_worker, stream_names):
+    """The first degradation step of a surge: an ESI-4 call admitted in protect mode reads out its protocol
+    family's key questions (a shorter plan), audited on the call and counted; an ESI-2 call keeps its band."""
+    from judgment.protocols import load_library
+    from scheduler.slo import SurgeMode
+    from triage.selectors.calls import calls_generation_input
+
+    urgent, minor = _calls(2)
+    Call.objects.filter(pk=urgent.pk).update(level=2)
+    Call.objects.filter(pk=minor.pk).update(level=4)
+    for call in (urgent, minor):
+        call.refresh_from_db()
+        _assess(call, "fall")
+    full = calls_generation_input(call_ids=[minor.pk])[minor.pk]
+    worker = make_worker(max_new_tokens=200)
+    worker.surge.driver.controller._enter(SurgeMode.PROTECT, time.time())  # a burst the test need not build
+    worker.start()
+    _enqueue(stream_names["stream"], [urgent, minor])
+    _run_until(worker, lambda: _all_final([urgent, minor]))
+    for call in (urgent, minor):
+        call.refresh_from_db()
+        assert call.status == CallStatus.DONE
+    briefed = AuditEvent.objects.filter(action="call.guidance_brief")
+    assert list(briefed.values_list("call_id", flat=True)) == [minor.pk]
+    assert briefed.get().data["level"] == 4 and worker.stats["brief_guidance"] == 1
+    key_questions = load_library().families[full.plan.family].key_questions
+    assert any(q in minor.guidance for q in key_questions)
+    assert not any(s in minor.guidance for s in full.plan.sentences[1:])  # the band's own lines are not read out

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
 from django.db.models import F, Max, Q, QuerySet
 
-from inference.guidance.plan import GuidancePlan, guidance_prompt, plan_guidance
+from inference.guidance.plan import GuidancePlan, brief_plan, guidance_prompt, plan_guidance
 from judgment.protocols import UNCLEAR, ProtocolLibrary, load_library
 from triage.call_status import Lifecycle, statuses_of
 from triage.models import FINAL_STATUSES, ApiClient, AuditEvent, Call, CallStatus, CallUpdate
@@ -86,16 +86,22 @@ class GenerationInput:
     plan: GuidancePlan | None  # what the guidance must read out (the stream guard holds it to this)
     generation: int = 0  # the call's guidance generation: a result of an earlier one is not stored
     client: str = ""  # the call system that sent it (its name; "" for the board's own): fair share within a level
+    brief: bool = False  # key questions only: its level was degraded in a surge (``brief_levels``)
 
 
-def calls_generation_input(*, call_ids: Iterable[int]) -> dict[int, GenerationInput | None]:
+def calls_generation_input(
+    *, call_ids: Iterable[int], brief_levels: Collection[int] = ()
+) -> dict[int, GenerationInput | None]:
     """For the inference worker's intake: each existing call's prompt, current level and tier, arrival and
     predicted length, or None when it needs no generation any more (done, failed or cancelled). Calls that do
     not exist are absent.
 
     The database, not the stream entry, says what to generate: an entry only says which call is ready. Its level
     is the one at enqueue time (a dispatcher's later override is here), and an entry left in a Redis that
-    outlived its database (or that a test run shared) names a call id that may now be another call."""
+    outlived its database (or that a test run shared) names a call id that may now be another call.
+
+    ``brief_levels``: the levels whose guidance is degraded to the key questions (the surge controller's protect
+    mode, worker/surge.py); their predicted length shrinks with the plan's text."""
     rows = Call.objects.filter(pk__in=list(call_ids)).values_list(
         "pk", "status", "level", "tier__name", "transcript", "created_at", "assessment__predicted_output_tokens",
         "assessment__protocol", "assessment__protocol_family", "assessment__patient_age", "guidance_generation",
@@ -109,10 +115,17 @@ def calls_generation_input(*, call_ids: Iterable[int]) -> dict[int, GenerationIn
             continue
         plan = None if level is None else guidance_plan(protocol=protocol or "", family=family or "", level=level,
                                                         patient_age=age, library=library)
+        brief = plan is not None and level in brief_levels
+        if brief:
+            full, shorter = plan, brief_plan(library, plan, level, age)
+            brief = len(shorter.text) < len(full.text)  # a band shorter than its key questions stays as it is
+            plan = shorter if brief else full
+            if brief and predicted:
+                predicted = max(1, round(predicted * len(plan.text) / max(1, len(full.text))))
         out[pk] = GenerationInput(
             level=level, tier=tier or "", prompt=guidance_prompt(plan, transcript) if plan else "",
             accepted_at_s=created_at.timestamp(), predicted_output_tokens=predicted, plan=plan, generation=generation,
-            client=client or "",
+            client=client or "", brief=brief,
         )
     return out
 
