@@ -107,15 +107,6 @@ class FairShareQueue(ScheduleQueue):
         self._counted_as[r.id] = (r.client, r.level)
         heapq.heappush(self._heaps.setdefault(r.client, []), entry)
 
-    def _head(self, heap: list[ScheduleEntry]) -> ScheduleEntry | None:
-        live = self._live
-        while heap:
-            top = heap[0]
-            if live.get(top.request.id) == top.seq:
-                return top
-            heapq.heappop(heap)
-        return None
-
     def peek(self) -> ScheduleEntry | None:
         best: ScheduleEntry | None = None
         for client, heap in self._heaps.items():

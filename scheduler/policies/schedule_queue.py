@@ -91,7 +91,11 @@ class ScheduleQueue:
 
     def peek(self) -> ScheduleEntry | None:
         """The best live entry, or None when nothing waits; stale entries on top are dropped. O(1) amortised."""
-        heap, live = self._heap, self._live
+        return self._head(self._heap)
+
+    def _head(self, heap: list[ScheduleEntry]) -> ScheduleEntry | None:
+        """``heap``'s best live entry, dropping the stale ones above it."""
+        live = self._live
         while heap:
             top = heap[0]
             if live.get(top.request.id) == top.seq:
