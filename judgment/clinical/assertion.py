@@ -34,6 +34,7 @@ FROM_CONTEXT = {
 }
 YES = frozenset({"yes", "yeah", "yep", "yup", "aye", "correct", "definitely", "affirmative"})
 NO = frozenset({"no", "nope", "nah", "naw", "not", "negative"})
+HEDGED_YES = frozenset({"maybe", "probably", "possibly", "perhaps"})
 STATEMENT_TOKENS = 2  # a bare word ("breathing") names a state; only a statement ("he's breathing") resolves one
 NOW = frozenset({PRESENT, POSSIBLE, RESOLVED, NEGATED})
 ANSWERED = "answered"  # in ``Assertion.categories``: the status is the caller's yes or no to a question
@@ -62,10 +63,12 @@ class Assertion:
     categories: frozenset[str] = frozenset()  # every ConText category that reached the mention
 
 
-def assert_mention(span: Span, normal: frozenset[str] = frozenset()) -> Assertion:
+def assert_mention(span: Span, normal: frozenset[str] = frozenset(), caller_is_patient: bool = False) -> Assertion:
     """The status of one mention (``span``, labelled with its concept) from its modifiers or the answer to it.
-    ``normal``: the concepts that are normal states ("breathing"), whose denial means a finding."""
-    status, uncertain, categories = _status(span, normal)
+    ``normal``: the concepts that are normal states ("breathing"), whose denial means a finding.
+    ``caller_is_patient``: cues that hold only then apply ("my dad had a heart attack at 50" from a caller
+    telling of their own chest pain is someone else's; from a caller about their dad it is the patient's)."""
+    status, uncertain, categories = _status(span, normal, caller_is_patient)
     return Assertion(
         span.label_, status, uncertain, span.start_char, span.end_char, span.start, span.text,
         corrected=any(t._.corrected for t in span), statement=len(span) >= STATEMENT_TOKENS,
@@ -73,12 +76,14 @@ def assert_mention(span: Span, normal: frozenset[str] = frozenset()) -> Assertio
     )
 
 
-def _status(span: Span, normal: frozenset[str]) -> tuple[str, bool, frozenset[str]]:
+def _status(span: Span, normal: frozenset[str], caller_is_patient: bool) -> tuple[str, bool, frozenset[str]]:
+    found = [(FROM_CONTEXT[m.category], m) for m in span._.modifiers if m.category in FROM_CONTEXT
+             and (caller_is_patient or not (m.rule.metadata or {}).get("when_caller_is_patient"))]
     parts = _question_parts(span)
-    if parts is not None:
+    if parts is not None and not any(status == HYPOTHETICAL for status, _ in found):
+        # "What if he stops breathing?", "Should we start CPR?": a worry or a plan, not a question about now
         status = _answered(span, parts, normal)
         return status, False, frozenset() if status == QUESTION else frozenset({ANSWERED})
-    found = [(FROM_CONTEXT[m.category], m) for m in span._.modifiers if m.category in FROM_CONTEXT]
     found = [(s, m) for s, m in found if not (m.rule.metadata or {}).get("with_negation")] + [
         (s, m) for s, m in found if (m.rule.metadata or {}).get("with_negation")
         and any(other == NEGATED for other, _ in found)]
@@ -105,7 +110,7 @@ def _answered(span: Span, parts: list[Span], normal: frozenset[str]) -> str:
         return QUESTION
     last = part is parts[-1]
     if len(parts) == 1 or last or (answer is False and span.label_ not in normal):
-        return PRESENT if answer else NEGATED
+        return (POSSIBLE if answer == POSSIBLE else PRESENT) if answer else NEGATED
     return QUESTION
 
 
@@ -139,14 +144,18 @@ def _is_predicate(span: Span, part: Span) -> bool:
         part.start <= m.start and m.end <= span.start for m in doc.spans.get("concepts", []))
 
 
-def _answer_after(sentence: Span) -> bool | None:
-    """The caller's yes or no after a question: the first word of what follows, past a speaker tag."""
+def _answer_after(sentence: Span) -> bool | str | None:
+    """The caller's yes or no after a question: the first word of what follows, past a speaker tag; a hedged
+    yes ("I think so", "maybe") is ``POSSIBLE``."""
     doc: Doc = sentence.doc
     i = sentence.end
     while i < len(doc) and (doc[i].is_punct or doc[i].is_space or (i + 1 < len(doc) and doc[i + 1].text == ":")):
         i += 1
     if i >= len(doc):
         return None
+    if doc[i].norm_ in HEDGED_YES or (doc[i].norm_ == "i" and i + 2 < len(doc)
+                                      and doc[i + 1].norm_ in ("think", "guess") and doc[i + 2].norm_ == "so"):
+        return POSSIBLE
     if doc[i].norm_ in YES:
         return True
     if doc[i].norm_ in NO:

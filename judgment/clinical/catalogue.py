@@ -146,14 +146,16 @@ def _context(data: dict[str, Any]) -> tuple[tuple[CueSpec, ...], tuple[str, ...]
     cues = []
     for i, entry in enumerate(data["cues"]):
         where = f"context.yaml: cue {i + 1} ({entry.get('phrase')!r})"
-        _keys(where, entry, {"phrase", "category", "direction", "uncertain", "window", "with_negation"},
+        _keys(where, entry, {"phrase", "category", "direction", "uncertain", "window", "with_negation",
+                                    "across_clauses", "when_caller_is_patient"},
               required={"phrase", "category", "direction"})
         if entry["category"] not in CUE_CATEGORIES or entry["direction"] not in DIRECTIONS:
             raise CatalogueError(f"{where}: category must be one of {sorted(CUE_CATEGORIES)}, direction one of "
                                  f"{sorted(DIRECTIONS)}")
         _check_phrase(str(entry["phrase"]), where)
         cues.append(CueSpec(str(entry["phrase"]), entry["category"], entry["direction"], bool(entry.get("uncertain")),
-                            int(entry.get("window", DEFAULT_WINDOW)), bool(entry.get("with_negation"))))
+                            int(entry.get("window", DEFAULT_WINDOW)), bool(entry.get("with_negation")),
+                            bool(entry.get("across_clauses")), bool(entry.get("when_caller_is_patient"))))
     terminators, pseudo = tuple(str(t) for t in data["terminators"]), tuple(str(p) for p in data["pseudo"])
     for phrase in (*terminators, *pseudo):
         _check_phrase(phrase, "context.yaml")

@@ -72,8 +72,10 @@ def extract_many(transcripts: Sequence[str], catalogue: Catalogue) -> list[Findi
 
 def findings_of(doc: Doc, catalogue: Catalogue) -> Findings:
     normal = frozenset(c.id for c in catalogue.concepts.values() if c.kind == "normal")
-    said = resolve_told_of_it(doc, [_negated_history(assert_mention(span, normal), catalogue)
-                                    for span in mentions(doc)])
+    text = normalised_text(doc)
+    patient = describe_patient(text)
+    said = resolve_told_of_it(doc, [_negated_history(assert_mention(span, normal, patient.caller_is_patient),
+                                                     catalogue) for span in mentions(doc)])
     derived = _opposites(said, catalogue)
     derived += _implied([*said, *derived], catalogue)
     opposites = {c.id: c.opposite for c in catalogue.concepts.values() if c.opposite}
@@ -81,10 +83,9 @@ def findings_of(doc: Doc, catalogue: Catalogue) -> Findings:
     merged = call_assertions([*said, *derived, *_stopped(said, catalogue)], opposites, resolves)
     items = [Finding(a.concept, a.status, a.uncertain, a.words, a.derived, a.corrected, a.start, a.end)
              for a in sorted(merged.values(), key=lambda a: (a.position, a.concept))]
-    text = normalised_text(doc)
     vitals = read_vitals(text)
     items += _measured(vitals, merged, catalogue)
-    return Findings(describe_patient(text), vitals, tuple(items))
+    return Findings(patient, vitals, tuple(items))
 
 
 def _measured(vitals: Vitals, merged: dict[str, Assertion], catalogue: Catalogue) -> list[Finding]:

@@ -67,6 +67,8 @@ class CueSpec:
     uncertain: bool = False  # "I don't think": a denial the caller is unsure of
     window: int = DEFAULT_WINDOW
     with_negation: bool = False  # counts only beside a denial ("never fainted before": no history of fainting)
+    across_clauses: bool = False  # reaches past commas: an instruction about a whole sentence ("if X, or Y, call back")
+    when_caller_is_patient: bool = False  # holds only when the caller is the patient ("my dad had one at 50")
 
 
 @dataclass(frozen=True)
@@ -257,12 +259,12 @@ def _first_token_exact(pattern: list[dict]) -> list[list[dict]]:
     return [[{attribute: v}, *pattern[1:]] for v in value["IN"]]
 
 
-def _reaches(window: int) -> Callable[[Span, Span, Span], bool]:
+def _reaches(window: int, across_clauses: bool = False) -> Callable[[Span, Span, Span], bool]:
     """ConText's ``on_modifies`` callback for a rule: the cue reaches a target at most ``window`` words away,
-    never across a comma, semicolon or colon."""
+    never across a comma, semicolon or colon unless the rule says it governs the whole sentence."""
     def reaches(target: Span, modifier: Span, between: Span) -> bool:
         words = [t for t in between if not (modifier.start <= t.i < modifier.end)]
-        return len(words) <= window and not any(t.text in CLAUSE_BREAKS for t in words)
+        return len(words) <= window and (across_clauses or not any(t.text in CLAUSE_BREAKS for t in words))
     return reaches
 
 
@@ -303,7 +305,8 @@ class CallReader:
                                  max_scope=rule.max_scope, metadata=rule.metadata)
                      for rule in cue_rules for exploded in _first_token_exact(resolve_stems(rule.pattern, all_stems))])
         for rule in context.rules:  # medspaCy's defaults too: our window and clause breaks
-            rule.on_modifies = _reaches(rule.max_scope or DEFAULT_WINDOW)
+            rule.on_modifies = _reaches(rule.max_scope or DEFAULT_WINDOW,
+                                        bool((rule.metadata or {}).get("across_clauses")))
             # The window is kept by ``_reaches``, not by max_scope: medspaCy tests scope overlap with a check
             # that misses one scope inside another, so a terminator (scoped to the sentence) never ends a
             # scope that max_scope has cut short of the sentence's end (medspacy/util.py: tuple_overlaps).
@@ -317,7 +320,9 @@ class CallReader:
             for pattern in compile_phrase(cue.phrase, word_norms):
                 out.append(ConTextRule(cue.phrase, CATEGORY_NAMES[cue.category], pattern=pattern,
                                        direction=DIRECTION_NAMES[cue.direction], max_scope=cue.window,
-                                       metadata={"uncertain": cue.uncertain, "with_negation": cue.with_negation}))
+                                       metadata={"uncertain": cue.uncertain, "with_negation": cue.with_negation,
+                                                 "across_clauses": cue.across_clauses,
+                                                 "when_caller_is_patient": cue.when_caller_is_patient}))
         for phrase in rules.terminators:
             out += [ConTextRule(phrase, "TERMINATE", pattern=p, direction="TERMINATE")
                     for p in compile_phrase(phrase, word_norms)]

@@ -160,3 +160,48 @@ def test_the_rules_put_the_minor_probes_within_one_level_of_the_handbook(catalog
     _, result = assess_call(text, catalogue)
     assert result.level is None or abs(result.level - level) <= 1
     assert result.decision_point not in ("A", "B")
+
+
+# Readings fixed from the development findings set's error analysis (2026-11-29); each probe is our own wording.
+@pytest.mark.parametrize(("text", "concept", "expected"), [
+    # a safety net the call-taker gives is about what might happen, across its commas
+    ("Call-taker: If he gets sleepy or sweaty, or it could be a low sugar, call us straight back.", "hypoglycaemia",
+     "hypothetical"),
+    ("Call-taker: If he gets sleepy or sweaty, or it could be a low sugar, call us straight back.", "clammy",
+     "hypothetical"),
+    # a worry or a plan asked as a question is not a question about now
+    ("He has a chest infection. What if he stops breathing in the night?", "apnoea", "hypothetical"),
+    ("Should we start CPR?", "cpr_in_progress", "hypothetical"),
+    # a hedged answer is possible
+    ("Call-taker: Is she breathing? Caller: I think so, her lips look a bit blue.", "breathing_ok", "possible"),
+    # the caller's own relative, when the caller is the patient
+    ("I'm 52 and I've had chest tightness for an hour. My dad had a heart attack at 50.", "heart_disease",
+     "other_person"),
+    # a brief loss of consciousness from an injury, over once the patient is awake again
+    ("He hit his head on the kerb and was out cold for about a minute, now he's awake and talking.",
+     "loss_of_consciousness_after_injury", "resolved"),
+    ("She's very drowsy, it's hard to keep her awake.", "lethargy", "present"),
+    ("She's very drowsy, it's hard to keep her awake.", "alert", None),
+    ("She's breathing really fast and deep and she's drowsy.", "dyspnoea", "present"),
+    ("She's breathing really fast and deep and she's drowsy.", "breathing_ok", None),
+    # "a fit" as an adjective is no seizure; as a noun it is
+    ("He's a fit lad, he went over on his ankle at football.", "seizure", None),
+    ("I think it was a fit, she went stiff and shook all over.", "seizure", "possible"),
+    # a substance named is not an ingestion
+    ("I got some bleach splashed in my eye cleaning, I didn't swallow any.", "overdose", None),
+    ("I got some bleach splashed in my eye cleaning, I didn't swallow any.", "dangerous_substance", "present"),
+    ("My son touched the iron, a small burn on his finger.", "dangerous_substance", None),
+    ("She's taken like 20 paracetamol about an hour ago.", "overdose", "present"),
+])
+def test_situations_are_read_by_their_meaning(catalogue, text, concept, expected):
+    assert status(text, concept, catalogue) == expected
+
+
+def test_concern_for_a_person_does_not_make_their_overdose_a_worry(catalogue):
+    text = "I'm worried about my friend, she took 30 tablets of her antidepressants an hour ago."
+    assert status(text, "overdose", catalogue) == PRESENT
+
+
+def test_what_a_relative_says_of_the_calling_patient_stays_the_patients(catalogue):
+    text = "I've been feeling faint all morning and my wife says my lips are blue."
+    assert status(text, "cyanosis", catalogue) in CURRENT
