@@ -109,8 +109,8 @@ def _answered(span: Span, parts: list[Span], normal: frozenset[str]) -> str:
     if answer is None:
         return QUESTION
     last = part is parts[-1]
-    if len(parts) == 1 or last or (answer is False and span.label_ not in normal):
-        return (POSSIBLE if answer == POSSIBLE else PRESENT) if answer else NEGATED
+    if len(parts) == 1 or last or (answer == NEGATED and span.label_ not in normal):
+        return answer
     return QUESTION
 
 
@@ -144,9 +144,9 @@ def _is_predicate(span: Span, part: Span) -> bool:
         part.start <= m.start and m.end <= span.start for m in doc.spans.get("concepts", []))
 
 
-def _answer_after(sentence: Span) -> bool | str | None:
-    """The caller's yes or no after a question: the first word of what follows, past a speaker tag; a hedged
-    yes ("I think so", "maybe") is ``POSSIBLE``."""
+def _answer_after(sentence: Span) -> str | None:
+    """The caller's answer to a question, as the status it gives: yes is ``PRESENT``, no ``NEGATED``, a hedged
+    yes ("I think so", "maybe") ``POSSIBLE``; the first word of what follows, past a speaker tag."""
     doc: Doc = sentence.doc
     i = sentence.end
     while i < len(doc) and (doc[i].is_punct or doc[i].is_space or (i + 1 < len(doc) and doc[i + 1].text == ":")):
@@ -157,9 +157,9 @@ def _answer_after(sentence: Span) -> bool | str | None:
                                       and doc[i + 1].norm_ in ("think", "guess") and doc[i + 2].norm_ == "so"):
         return POSSIBLE
     if doc[i].norm_ in YES:
-        return True
+        return PRESENT
     if doc[i].norm_ in NO:
-        return False
+        return NEGATED
     return None
 
 

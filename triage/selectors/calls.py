@@ -115,13 +115,13 @@ def calls_generation_input(
             continue
         plan = None if level is None else guidance_plan(protocol=protocol or "", family=family or "", level=level,
                                                         patient_age=age, library=library)
-        brief = plan is not None and level in brief_levels
-        if brief:
-            full, shorter = plan, brief_plan(library, plan, level, age)
-            brief = len(shorter.text) < len(full.text)  # a band shorter than its key questions stays as it is
-            plan = shorter if brief else full
-            if brief and predicted:
-                predicted = max(1, round(predicted * len(plan.text) / max(1, len(full.text))))
+        brief = False
+        if plan is not None and level in brief_levels:
+            shorter = brief_plan(library, plan, level, age)
+            if len(shorter.text) < len(plan.text):  # a band shorter than its key questions stays as it is
+                if predicted:
+                    predicted = max(1, round(predicted * len(shorter.text) / len(plan.text)))
+                plan, brief = shorter, True
         out[pk] = GenerationInput(
             level=level, tier=tier or "", prompt=guidance_prompt(plan, transcript) if plan else "",
             accepted_at_s=created_at.timestamp(), predicted_output_tokens=predicted, plan=plan, generation=generation,
