@@ -27,7 +27,7 @@ HYPOTHETICAL, OTHER_PERSON, QUESTION = "hypothetical", "other_person", "question
 CURRENT = frozenset({PRESENT, POSSIBLE})
 STATUSES = (PRESENT, POSSIBLE, NEGATED, RESOLVED, HISTORICAL, HYPOTHETICAL, OTHER_PERSON, QUESTION)
 # When modifiers of several categories reach one mention, the first of these wins.
-PRECEDENCE = (NEGATED, OTHER_PERSON, HYPOTHETICAL, HISTORICAL, RESOLVED, POSSIBLE)
+PRECEDENCE = (HYPOTHETICAL, NEGATED, OTHER_PERSON, HISTORICAL, RESOLVED, POSSIBLE)  # "if he doesn't wake up"
 FROM_CONTEXT = {
     "NEGATED_EXISTENCE": NEGATED, "POSSIBLE_EXISTENCE": POSSIBLE, "HISTORICAL": HISTORICAL,
     "HYPOTHETICAL": HYPOTHETICAL, "FAMILY": OTHER_PERSON, "RESOLVED": RESOLVED,
@@ -35,6 +35,9 @@ FROM_CONTEXT = {
 YES = frozenset({"yes", "yeah", "yep", "yup", "aye", "correct", "definitely", "affirmative"})
 NO = frozenset({"no", "nope", "nah", "naw", "not", "negative"})
 HEDGED_YES = frozenset({"maybe", "probably", "possibly", "perhaps"})
+CERTAINLY = frozenset({"definitely", "definately", "absolutely", "certainly", "really"})  # "... not" is a no
+FILLERS = frozenset({"um", "umm", "uh", "erm", "er", "err", "well", "oh", "ah", "hmm"})
+REPORTED = frozenset({"says", "said", "say"})  # an interpreter's or a relative's "she says no"
 STATEMENT_TOKENS = 2  # a bare word ("breathing") names a state; only a statement ("he's breathing") resolves one
 NOW = frozenset({PRESENT, POSSIBLE, RESOLVED, NEGATED})
 ANSWERED = "answered"  # in ``Assertion.categories``: the status is the caller's yes or no to a question
@@ -43,6 +46,7 @@ QUESTION_OPENERS = frozenset({
     "is", "are", "was", "were", "do", "does", "did", "has", "have", "had", "can", "could", "will", "would", "any",
     "anything", "what", "where", "how", "when", "who", "which", "why", "should", "shall", "may", "might", "and",
     "so", "okay", "ok", "right", "ever", "not"})
+LIST_PART_WORDS = 2
 SUBORDINATE = frozenset({"when", "while", "if", "after", "before", "because", "since", "until", "whenever"})
 
 
@@ -111,7 +115,13 @@ def _answered(span: Span, parts: list[Span], normal: frozenset[str]) -> str:
     last = part is parts[-1]
     if len(parts) == 1 or last or (answer == NEGATED and span.label_ not in normal):
         return answer
+    if answer == PRESENT and _joined_by_and(span.doc, parts):
+        return answer  # "Is he awake and breathing okay? - Yes": yes to both
     return QUESTION
+
+
+def _joined_by_and(doc: Doc, parts: list[Span]) -> bool:
+    return all(doc[p.end].lower_ == "and" for p in parts[:-1] if p.end < len(doc))
 
 
 def _question_parts(span: Span) -> list[Span] | None:
@@ -126,8 +136,8 @@ def _question_parts(span: Span) -> list[Span] | None:
         return None
     doc, mark = span.doc, marks[-1].i
     start = sentence.start
-    if words[0].lower_ not in QUESTION_OPENERS:
-        breaks = [i for i in range(sentence.start, mark) if doc[i].text in (",", ";", ":")]
+    breaks = [i for i in range(sentence.start, mark) if doc[i].text in (",", ";", ":")]
+    if words[0].lower_ not in QUESTION_OPENERS and not _list_of_words(doc, sentence.start, breaks, mark):
         start = breaks[-1] + 1 if breaks else sentence.start
     if not start <= span.start < mark:
         return None
@@ -138,6 +148,13 @@ def _question_parts(span: Span) -> list[Span] | None:
     return parts if any(p.start <= span.start < p.end for p in parts) else None
 
 
+def _list_of_words(doc: Doc, start: int, breaks: list[int], mark: int) -> bool:
+    """A question that is a list of a few words each ("Sweaty, clammy?", "Any pain, sick?"): every part asks."""
+    bounds = [start - 1, *breaks, mark]
+    return bool(breaks) and all(sum(1 for t in doc[a + 1:b] if not t.is_punct) <= LIST_PART_WORDS
+                                for a, b in zip(bounds, bounds[1:], strict=False))
+
+
 def _is_predicate(span: Span, part: Span) -> bool:
     doc = span.doc
     return not any(doc[i].lower_ in SUBORDINATE for i in range(part.start, span.start)) and not any(
@@ -146,27 +163,49 @@ def _is_predicate(span: Span, part: Span) -> bool:
 
 def _answer_after(sentence: Span) -> str | None:
     """The caller's answer to a question, as the status it gives: yes is ``PRESENT``, no ``NEGATED``, a hedged
-    yes ("I think so", "maybe") ``POSSIBLE``; the first word of what follows, past a speaker tag."""
+    yes ("I think so", "maybe") ``POSSIBLE``, "a bit" ``PRESENT``; read from the first word of what follows, past
+    a speaker tag, a filler ("um", "well") and an interpreter's "she says"; "definitely not" and "not really"
+    are a no."""
     doc: Doc = sentence.doc
     i = sentence.end
-    while i < len(doc) and (doc[i].is_punct or doc[i].is_space or (i + 1 < len(doc) and doc[i + 1].text == ":")):
+    while i < len(doc) and doc[i].is_space:
         i += 1
+    if i < len(doc) and not (i + 1 < len(doc) and doc[i + 1].text == ":") and _is_question(doc[i].sent):
+        i = doc[i].sent.end  # "Is mummy breathing? Can you see her tummy going up and down? - Yes": one answer
+    while i < len(doc):
+        if i + 1 < len(doc) and doc[i].is_alpha and doc[i + 1].norm_ in REPORTED:
+            i += 2  # "she says"
+        elif (doc[i].is_punct or doc[i].is_space or doc[i].norm_ in FILLERS
+              or (i + 1 < len(doc) and doc[i + 1].text == ":")):
+            i += 1
+        else:
+            break
     if i >= len(doc):
         return None
-    if doc[i].norm_ in HEDGED_YES or (doc[i].norm_ == "i" and i + 2 < len(doc)
-                                      and doc[i + 1].norm_ in ("think", "guess") and doc[i + 2].norm_ == "so"):
+    word, following = doc[i].norm_, doc[i + 1].norm_ if i + 1 < len(doc) else ""
+    if word in HEDGED_YES or (word == "i" and following in ("think", "guess") and i + 2 < len(doc)
+                              and doc[i + 2].norm_ == "so"):
         return POSSIBLE
-    if doc[i].norm_ in YES:
+    if (word in YES or word in CERTAINLY) and following == "not":
+        return NEGATED
+    if word in YES or (word in ("a", "bit", "little") and (following in ("bit", "little") or word != "a")):
         return PRESENT
-    if doc[i].norm_ in NO:
+    if word in NO:
         return NEGATED
     return None
 
 
-def resolve_told_of_it(doc: Doc, assertions: list[Assertion]) -> list[Assertion]:
+def _is_question(sentence: Span) -> bool:
+    marks = [t for t in sentence if not t.is_space and (not t.is_punct or t.text == "?")]
+    return bool(marks) and marks[-1].text == "?"
+
+
+def resolve_told_of_it(doc: Doc, assertions: list[Assertion], normal: frozenset[str] = frozenset()) -> list[Assertion]:
     """"It's stopped", "nothing since", "that's settled": a resolution told of "it", across a clause break or
     a "but", ends the finding said last before it in the same sentence ("it was bleeding a lot but I've had a
-    towel pressed on it for ten minutes and it's stopped")."""
+    towel pressed on it for ten minutes and it's stopped"), with every finding read in the same words ("a lot
+    of blood" is a bleed and a heavy one). "It" is a problem, never a normal state (``normal``): "had a fit, it
+    lasted a minute and it's stopped now" ends the fit, not the minute."""
     graph = doc._.context_graph
     out = list(assertions)
     for modifier in (graph.modifiers if graph is not None else ()):
@@ -175,11 +214,11 @@ def resolve_told_of_it(doc: Doc, assertions: list[Assertion]) -> list[Assertion]
         start = modifier.modifier_span[0]
         sentence = doc[start].sent
         before = [i for i, a in enumerate(out) if sentence.start <= a.position < start and a.status in CURRENT
-                  and not a.derived]
+                  and not a.derived and a.concept not in normal]
         if before:
-            last = max(out[i].position for i in before)
+            last = max(before, key=lambda i: (out[i].position, out[i].start))
             for i in before:
-                if out[i].position == last:
+                if out[i].end > out[last].start:  # the last mention, and those that overlap it
                     out[i] = replace(_resolved(out[i]), categories=out[i].categories | {"RESOLVED_PREVIOUS"})
     return out
 

@@ -75,7 +75,7 @@ def findings_of(doc: Doc, catalogue: Catalogue) -> Findings:
     text = normalised_text(doc)
     patient = describe_patient(text)
     said = resolve_told_of_it(doc, [_negated_history(assert_mention(span, normal, patient.caller_is_patient),
-                                                     catalogue) for span in mentions(doc)])
+                                                     catalogue) for span in mentions(doc)], normal)
     derived = _opposites(said, catalogue)
     derived += _implied([*said, *derived], catalogue)
     opposites = {c.id: c.opposite for c in catalogue.concepts.values() if c.opposite}
@@ -124,9 +124,14 @@ def _stopped(said: list[Assertion], catalogue: Catalogue) -> list[Assertion]:
 
 
 def _opposites(assertions: Iterable[Assertion], catalogue: Catalogue) -> list[Assertion]:
-    """A denied or doubted normal state is its opposite: "not sure he's breathing" -> possibly not breathing."""
+    """A denied or doubted normal state is its opposite: "not sure he's breathing" -> possibly not breathing;
+    a finding stated as there denies the normal state it is the opposite of ("he's not breathing" -> breathing
+    normally, denied)."""
+    normal_of = {c.opposite: c.id for c in catalogue.concepts.values() if c.kind == "normal" and c.opposite}
     out = []
     for a in assertions:
+        if a.status == PRESENT and not a.derived and not a.uncertain and a.concept in normal_of:
+            out.append(replace(a, concept=normal_of[a.concept], status=NEGATED, derived=True))
         opposite = catalogue.concepts[a.concept].opposite
         if opposite is None:
             continue

@@ -197,6 +197,54 @@ def test_situations_are_read_by_their_meaning(catalogue, text, concept, expected
     assert status(text, concept, catalogue) == expected
 
 
+# Readings fixed from the error analysis of the second pair of development findings files (findings-dev-3 and -4,
+# written 2026-11-29 and first measured before any change); each probe is our own wording.
+@pytest.mark.parametrize(("text", "concept", "expected"), [
+    # "it's stopped" ends the problem told before it, not a normal state, nor something that never bled
+    ("She had a fit at the bus stop, it lasted about a minute and it's stopped now.", "seizure", "resolved"),
+    ("She had a fit at the bus stop, it lasted about a minute and it's stopped now.", "bleeding_stopped", None),
+    ("He's not bleeding, his eye is swollen shut.", "bleeding_stopped", None),
+    ("He's not bleeding, his eye is swollen shut.", "bleeding", "negated"),
+    # an answer relayed by an interpreter or hedged, a filler before it, "a bit" as a yes
+    ("Call-taker: Does he have a temperature? Caller: She says no, no temperature.", "fever", "negated"),
+    ("Call-taker: Could she be pregnant? Caller: She says definitely not.", "pregnant", "negated"),
+    ("Call-taker: Any pain in his tummy? Caller: A bit, low down.", "abdominal_pain", "present"),
+    ("Call-taker: Is he breathing? Caller: Um, no.", "breathing_ok", "negated"),
+    # yes to a question of two things joined by "and" says both; one answer to two questions in a row
+    ("Call-taker: Is she awake and talking to you? Caller: Yes, she's crying.", "alert", "present"),
+    ("Call-taker: Is he breathing? Can you see his chest moving? Caller: Yes, slowly.", "breathing_ok", "present"),
+    # a question that is a list of words asks of each
+    ("Call-taker: Sweaty, clammy? Caller: No, not at all.", "clammy", "negated"),
+    # a finding stated denies its normal state
+    ("Call-taker: Is he breathing? Caller: I don't know... he's not breathing.", "breathing_ok", "negated"),
+    # "unless" is a condition; a conditional outranks the negation inside it
+    ("Call-taker: Don't move her unless she stops breathing.", "apnoea", "hypothetical"),
+    ("Call-taker: If she doesn't wake up properly, ring us back.", "unresponsive", "hypothetical"),
+    # naming the glass test is no result; a rash that fades under it is reassuring
+    ("There's a rash on his legs, I did the glass test and it fades when I press.", "non_blanching_rash", None),
+    ("There's a rash on his legs, I did the glass test and it fades when I press.", "blanching_rash", "present"),
+    ("There's a rash on his legs that doesn't fade when I press a glass on it.", "non_blanching_rash", "present"),
+    # last time, normally: the past and the patient's baseline
+    ("Her waters haven't gone. Last time she had heavy bleeding after the birth.", "massive_bleeding",
+     "historical"),
+    ("Her waters haven't gone. Last time she had heavy bleeding after the birth.", "waters_broken", "negated"),
+    ("She's off her legs today, normally she's up and about with her frame.", "walking_ok", "historical"),
+    # words that were read as other findings
+    ("She's 80, confused since this morning, and she says her wee burns.", "burn", None),
+    ("She's 80, confused since this morning, and she says her wee burns.", "urinary_symptoms", "present"),
+    ("He's really floppy and keeps falling asleep on me.", "fall", None),
+    ("I've got a pain under my ribs on the right since I ate.", "chest_pain", None),
+    ("I've got a pain under my ribs on the right since I ate.", "abdominal_pain", "present"),
+    ("He's walking but bent over with the pain.", "deformity", None),
+    ("Stung on the arm, it's red and itchy, no hives anywhere.", "rash", "negated"),
+    ("My girlfriend's having a reaction, her lips are swelling.", "allergic_reaction", "present"),
+    ("I've been having thoughts about not wanting to be alive.", "suicidal", "present"),
+    ("Reckon his sugar's low, he's shaky.", "hypoglycaemia", "possible"),
+])
+def test_readings_from_the_second_development_pair(catalogue, text, concept, expected):
+    assert status(text, concept, catalogue) == expected
+
+
 def test_concern_for_a_person_does_not_make_their_overdose_a_worry(catalogue):
     text = "I'm worried about my friend, she took 30 tablets of her antidepressants an hour ago."
     assert status(text, "overdose", catalogue) == PRESENT
