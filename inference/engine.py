@@ -18,6 +18,7 @@ from typing import Protocol
 from inference.guidance.read_out import ReadOutConstraint
 from inference.kv_store import KVLocation, KVStore
 from inference.model_runner import ModelRunner, RowInput
+from inference.speculation import Draft, NgramIndex, draft
 from scheduler.config import SchedulerConfig
 from scheduler.decision import Decision, KVUsage, Preemption, PreemptionMode, Scheduler
 from scheduler.policies import make_scheduler
@@ -55,6 +56,9 @@ class Sequence:
     max_new_tokens: int
     text: str = ""
     read_out: ReadOutConstraint | None = None  # the output may only be these sentences (strict guidance)
+    lookup: NgramIndex = field(default_factory=NgramIndex)  # where speculative drafts come from
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
 
     @property
     def output_ids(self) -> list[int]:
@@ -77,6 +81,12 @@ class FinishedEvent:
     reason: str  # "eos", "length", "cancelled" or "error" (the model failed on its batch: see ``error``)
     token_ids: tuple[int, ...] = ()
     error: str = ""
+    drafted_tokens: int = 0  # speculative decoding: tokens drafted for this request, and those the model accepted
+    accepted_tokens: int = 0
+
+    @property
+    def acceptance_rate(self) -> float | None:
+        return self.accepted_tokens / self.drafted_tokens if self.drafted_tokens else None
 
 
 @dataclass
@@ -103,7 +113,10 @@ class Engine:
         max_new_tokens: int = 384,
         clock: Callable[[], float] = time.time,
         refiner: LengthRefiner | None = None,
+        speculative_tokens: int = 0,
     ) -> None:
+        """``speculative_tokens``: the most draft tokens verified per request and step (0: no speculation);
+        drafts come from the sequence itself and the read-out (``inference.speculation``)."""
         self.runner = runner
         self.store: KVStore = runner.store
         self.codec = codec
@@ -111,8 +124,11 @@ class Engine:
         self.max_new_tokens = max_new_tokens
         self.clock = clock
         self.refiner = refiner
+        self.speculative_tokens = speculative_tokens
         self.sequences: dict[str, Sequence] = {}
         self.tokens_generated = 0
+        self.drafted_tokens = 0
+        self.accepted_tokens = 0
         self.iterations = 0
         self.preemptions_by_mode: Counter[str] = Counter()
 
@@ -182,11 +198,12 @@ class Engine:
             self._preempt(preemption, result)
         result.paused_ids = [r.id for r in decision.paused]
         if not decision.is_idle:
+            emitted: dict[str, int] = {}
             try:
-                finished_ids = self._run(decision, result)
+                finished_ids, emitted = self._run(decision, result)
             except Exception as error:  # noqa: BLE001 - a batch's failure (e.g. out of memory) ends its requests, not the engine
                 finished_ids = self._fail_batch(decision, result, error)
-            self.scheduler.complete_iteration(self.clock(), decision, finished_ids)
+            self.scheduler.complete_iteration(self.clock(), decision, finished_ids, emitted)
             self.iterations += 1
         result.duration_s = time.perf_counter() - started
         if log.isEnabledFor(logging.DEBUG):
@@ -221,35 +238,53 @@ class Engine:
         self.preemptions_by_mode[str(p.mode)] += 1
         result.preempted.append((rid, p.mode, p.kept_tokens))
 
-    def _run(self, decision: Decision, result: StepResult) -> list[str]:
+    def _run(self, decision: Decision, result: StepResult) -> tuple[list[str], dict[str, int]]:
         rows = []
         for r in decision.batch:
             seq = self.sequences[r.id]
-            if r.generated_tokens == 0 and r.preemptions == 0 and self.runner.cached_tokens(r.id) == 0:
+            cached = self.runner.cached_tokens(r.id)
+            if r.generated_tokens == 0 and r.preemptions == 0 and cached == 0:
                 result.started_ids.append(r.id)
             allowed = seq.read_out.allowed() if seq.read_out is not None else None
-            rows.append(RowInput(r.id, seq.token_ids[self.runner.cached_tokens(r.id) :], allowed))
+            new = seq.token_ids[cached:]
+            proposal = self._draft(seq) if len(new) == 1 else None
+            if proposal is None or not proposal.token_ids:
+                rows.append(RowInput(r.id, new, allowed))
+            else:
+                rows.append(RowInput(r.id, new + list(proposal.token_ids), allowed, proposal.token_ids,
+                                     proposal.allowed_after))
         outputs = self.runner.step(rows)
+        drafted = {row.request_id: len(row.draft) for row in rows}
         finished_ids: list[str] = []
+        emitted: dict[str, int] = {}
         for out in outputs:
             seq = self.sequences[out.request_id]
-            seq.token_ids.append(out.next_token_id)
-            if seq.read_out is not None:
-                seq.read_out.advance(out.next_token_id)
-            index = len(seq.token_ids) - seq.prompt_len - 1
+            seq.drafted_tokens += drafted[out.request_id]
+            seq.accepted_tokens += len(out.accepted)
+            self.drafted_tokens += drafted[out.request_id]
+            self.accepted_tokens += len(out.accepted)
             reason = None
-            if out.next_token_id == self.codec.eos_token_id:
-                reason = "eos"
-            elif index + 1 >= seq.max_new_tokens or len(seq.token_ids) >= self.codec.max_positions:
-                reason = "length"
-            delta = self._detokenize(seq)
-            self.tokens_generated += 1
-            result.tokens.append(TokenEvent(out.request_id, index, out.next_token_id, delta))
+            for token_id in out.token_ids:
+                seq.token_ids.append(token_id)
+                if seq.read_out is not None:
+                    seq.read_out.advance(token_id)
+                index = len(seq.token_ids) - seq.prompt_len - 1
+                if token_id == self.codec.eos_token_id:
+                    reason = "eos"
+                elif index + 1 >= seq.max_new_tokens or len(seq.token_ids) >= self.codec.max_positions:
+                    reason = "length"
+                self.tokens_generated += 1
+                emitted[out.request_id] = emitted.get(out.request_id, 0) + 1
+                result.tokens.append(TokenEvent(out.request_id, index, token_id, self._detokenize(seq)))
+                if reason is not None:
+                    break  # an accepted draft past the end is not output
             if reason is not None:
                 finished_ids.append(out.request_id)
-                result.finished.append(FinishedEvent(out.request_id, seq.text, len(seq.output_ids), reason, tuple(seq.output_ids)))
+                result.finished.append(FinishedEvent(
+                    out.request_id, seq.text, len(seq.output_ids), reason, tuple(seq.output_ids),
+                    drafted_tokens=seq.drafted_tokens, accepted_tokens=seq.accepted_tokens))
             elif self.refiner is not None and out.hidden is not None:
-                remaining = self.refiner.observe(out.request_id, out.hidden, index + 1)
+                remaining = self.refiner.observe(out.request_id, out.hidden, len(seq.output_ids))
                 self.scheduler.refine_remaining(out.request_id, remaining)
         if finished_ids:
             self.runner.discard(finished_ids)
@@ -257,7 +292,14 @@ class Engine:
                 self.sequences.pop(rid, None)
                 if self.refiner is not None:
                     self.refiner.forget(rid)
-        return finished_ids
+        return finished_ids, emitted
+
+    def _draft(self, seq: Sequence) -> Draft | None:
+        """A draft for a decoding request, at most as long as its remaining room less the step's own token."""
+        if not self.speculative_tokens:
+            return None
+        room = min(seq.max_new_tokens - len(seq.output_ids), self.codec.max_positions - len(seq.token_ids)) - 1
+        return draft(seq.token_ids, seq.lookup, min(self.speculative_tokens, room), seq.read_out)
 
     def _fail_batch(self, decision: Decision, result: StepResult, error: Exception) -> list[str]:
         """The model raised on this batch: its requests end with reason "error" (their caches released, their

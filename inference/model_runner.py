@@ -24,19 +24,28 @@ from transformers.cache_utils import Cache
 from inference.batch_cache import batch_cache
 from inference.kv_store import KVStore
 
+MIN_HOLES_TO_COMPACT = 32
+
 
 @dataclass
 class RowInput:
     request_id: str
-    new_token_ids: list[int]  # the tokens whose KV this request lacks, oldest first (at least one)
+    new_token_ids: list[int]  # the tokens whose KV this request lacks, oldest first (at least one), then `draft`
     allowed: Sequence[int] | None = None  # the only token ids the next one may be (a constrained read-out)
+    draft: Sequence[int] = ()  # speculative tokens ending new_token_ids, verified in this pass (inference.speculation)
+    draft_allowed: Sequence[Sequence[int] | None] = ()  # the constraint after each draft token
 
 
 @dataclass
 class RowOutput:
     request_id: str
-    next_token_id: int
-    hidden: torch.Tensor | None = None  # the probe layer's hidden state at the last position
+    next_token_id: int  # the model's own token after the accepted draft tokens
+    hidden: torch.Tensor | None = None  # the probe layer's hidden state at the position that chose it
+    accepted: tuple[int, ...] = ()  # the draft's longest prefix the model agreed with: emitted before next_token_id
+
+    @property
+    def token_ids(self) -> list[int]:
+        return [*self.accepted, self.next_token_id]
 
 
 class ModelRunner:
@@ -149,16 +158,33 @@ class ModelRunner:
     # --- one forward pass ------------------------------------------------------------------------------
     @torch.inference_mode()
     def step(self, rows: Sequence[RowInput]) -> list[RowOutput]:
-        """Feed each row its new tokens on top of its cache; return each row's greedy next token.
+        """Feed each row its new tokens on top of its cache; return each row's greedy next token (after the
+        accepted part of its draft, if it has one).
 
         A batch mixing prefills with decodes would pad every decode row to the longest prefill; instead the
         prefill rows first compute the KV of all but their last token on their own (chunked prefill), then
-        every row feeds one token in the shared step."""
-        long_rows = [r for r in rows if len(r.new_token_ids) > 1]
+        every row feeds one token (and its draft) in the shared step."""
+        long_rows = [r for r in rows if len(r.new_token_ids) - len(r.draft) > 1]
         if long_rows and len(long_rows) < len(rows):
-            self._prefill_apart([RowInput(r.request_id, r.new_token_ids[:-1]) for r in long_rows])
-            rows = [RowInput(r.request_id, r.new_token_ids[-1:], r.allowed) for r in rows]
-        return self._forward(rows)
+            self._prefill_apart([RowInput(r.request_id, r.new_token_ids[: -1 - len(r.draft)]) for r in long_rows])
+            rows = [RowInput(r.request_id, r.new_token_ids[-1 - len(r.draft) :], r.allowed, r.draft, r.draft_allowed)
+                    for r in rows]
+        outputs = self._forward(rows)
+        if any(r.draft for r in rows):
+            self._compact_if_holey()
+        return outputs
+
+    def _compact_if_holey(self) -> None:
+        """Rejected draft tokens leave masked columns inside rows; once they are a quarter of the batch's width,
+        rebuild it without them (through the store: each row's live columns, then rejoined)."""
+        if self._mask is None:
+            return
+        width = self._mask.shape[1]
+        dead = width - int(self._mask.sum(1).max())
+        if dead > max(MIN_HOLES_TO_COMPACT, width // 4):
+            ids = list(self._ids)
+            self.release(ids)
+            self._assemble(ids)
 
     def _prefill_apart(self, rows: list[RowInput]) -> None:
         """Compute these rows' KV in a batch of their own; their caches end up in the store."""
@@ -179,6 +205,7 @@ class ModelRunner:
         past_mask = self._mask
         batch, past_width = past_mask.shape
         new_width = max(len(r.new_token_ids) for r in rows)
+        verified = 1 + max(len(r.draft) for r in rows)  # the positions whose next token is chosen (and checked)
 
         input_ids = torch.full((batch, new_width), self.pad_token_id, dtype=torch.long)
         new_mask = torch.zeros((batch, new_width), dtype=torch.long)
@@ -202,10 +229,10 @@ class ModelRunner:
             past_key_values=cache,
             cache_position=torch.arange(past_width, past_width + new_width, device=self.device),
             use_cache=True,
-            logits_to_keep=1,
+            logits_to_keep=verified,
             output_hidden_states=self.probe_layer is not None,
         )
-        next_ids = _greedy(out.logits[:, -1, :], [r.allowed for r in rows])
+        chosen = _verify(out.logits[:, -verified:, :], rows)
         layers = [(layer.keys, layer.values) for layer in cache.layers]
         if new_width > 1 and not bool(new_mask.all()):
             # Padded query positions may hold garbage (even NaN, from fully masked rows); zero their KV so that
@@ -214,14 +241,48 @@ class ModelRunner:
             for k, v in layers:
                 k[:, :, past_width:].masked_fill_(pad_cols, 0)
                 v[:, :, past_width:].masked_fill_(pad_cols, 0)
+        for i, (r, tokens) in enumerate(zip(rows, chosen, strict=True)):
+            rejected = len(r.draft) + 1 - len(tokens)
+            if rejected:  # the rejected draft tokens' KV stays as a hole the mask hides (positions are explicit)
+                attention_mask[i, attention_mask.shape[1] - rejected :] = 0
         self._layers = layers
         self._cache = cache
         self._mask = attention_mask
-        hidden = out.hidden_states[self.probe_layer][:, -1, :] if self.probe_layer is not None else None
-        return [
-            RowOutput(r.request_id, int(next_ids[i]), None if hidden is None else hidden[i])
-            for i, r in enumerate(rows)
-        ]
+        hidden = out.hidden_states[self.probe_layer] if self.probe_layer is not None else None
+        outputs = []
+        for i, (r, tokens) in enumerate(zip(rows, chosen, strict=True)):
+            at = new_width - 1 - (len(r.draft) + 1 - len(tokens))  # the position that chose the last token
+            outputs.append(RowOutput(r.request_id, tokens[-1], None if hidden is None else hidden[i, at],
+                                     tuple(tokens[:-1])))
+        return outputs
+
+
+def _verify(logits: torch.Tensor, rows: Sequence[RowInput]) -> list[list[int]]:
+    """Each row's emitted tokens: the longest prefix of its draft that greedy decoding (under the row's constraint
+    at every position) agrees with, then greedy decoding's own next token. ``logits``: [B, 1 + max draft, V], the
+    rows right-aligned."""
+    if not any(r.draft for r in rows):
+        return [[t] for t in _greedy(logits[:, -1, :], [r.allowed for r in rows])]
+    free = logits.argmax(-1).tolist()  # unconstrained greedy everywhere: the common case needs nothing more
+    width = logits.shape[1]
+    emitted = []
+    for i, r in enumerate(rows):
+        constraints = [r.allowed, *r.draft_allowed]
+        tokens = []
+        for j in range(len(r.draft) + 1):
+            col = width - 1 - len(r.draft) + j
+            allowed = constraints[j] if j < len(constraints) else None
+            if allowed is None:
+                token = free[i][col]
+            elif len(allowed) == 1:
+                token = allowed[0]
+            else:
+                token = _greedy(logits[i : i + 1, col, :], [allowed])[0]
+            tokens.append(token)
+            if j == len(r.draft) or token != r.draft[j]:
+                break
+        emitted.append(tokens)
+    return emitted
 
 
 def _greedy(logits: torch.Tensor, allowed: Sequence[Sequence[int] | None]) -> list[int]:

@@ -14,7 +14,7 @@ The scheduler owns every Request field (stage, generated_tokens, kv_tokens_*); e
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
@@ -72,8 +72,10 @@ class Scheduler(Protocol):
     def schedule(self, now_s: float) -> Decision:
         """Choose the next batch, its stage, and the preemptions to carry out first."""
 
-    def complete_iteration(self, now_s: float, decision: Decision, finished_ids: Iterable[str]) -> None:
-        """Account the tokens the batch emitted; requests in finished_ids are done and free their KV."""
+    def complete_iteration(self, now_s: float, decision: Decision, finished_ids: Iterable[str],
+                           emitted: Mapping[str, int] | None = None) -> None:
+        """Account the tokens the batch emitted (one each, or ``emitted[id]`` under speculative decoding);
+        requests in finished_ids are done and free their KV."""
 
     def cancel(self, request_id: str) -> None:
         """Cancel a waiting or running request; its KV is freed via the next decision's `cancelled`."""

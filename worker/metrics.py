@@ -90,6 +90,7 @@ class WorkerMetrics:
             "iterations_total": self.stats["iterations"],
             "generation_errors_total": self.stats["generation_errors"],
             "brief_guidance_total": self.stats["brief_guidance"],
+            "draft_tokens": {outcome: self.stats[f"draft_tokens_{outcome}"] for outcome in ("accepted", "rejected")},
             "updated_at": round(now, 3),
         }
 
@@ -158,6 +159,11 @@ class _SnapshotCollector:
         for mode, n in m["preemptions"].items():
             preemptions.add_metric([w, mode], n)
         yield preemptions
+        drafts = CounterMetricFamily("triage_inference_draft_tokens", "Speculative draft tokens of finished calls, "
+                                     "by outcome (accepted, rejected)", labels=["worker", "outcome"])
+        for outcome, n in m["draft_tokens"].items():
+            drafts.add_metric([w, outcome], n)
+        yield drafts
         kv = GaugeMetricFamily("triage_inference_kv_tokens", "KV-cache tokens held", labels=["worker", "where"])
         kv.add_metric([w, "device"], m["kv_tokens_device"])
         kv.add_metric([w, "host"], m["kv_tokens_host"])

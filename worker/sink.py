@@ -102,7 +102,9 @@ class ResultSink:
             if f.reason == "error":
                 self._failed(call_id_of(f.request_id), f.error, at)
             else:
-                self._finished(call_id_of(f.request_id), f.text, f.output_tokens, f.reason, at)
+                self._speculation(f.drafted_tokens, f.accepted_tokens)
+                self._finished(call_id_of(f.request_id), f.text, f.output_tokens, f.reason, at,
+                               acceptance=f.acceptance_rate)
         self.stats["tokens"] += len(result.tokens)
         self.stats["iterations"] += 1
 
@@ -114,7 +116,12 @@ class ResultSink:
         self._started[call_id] = (level, arrival, now)
         self.metrics.observe_first_token(level, now - arrival)
 
-    def _finished(self, call_id: int, text: str, output_tokens: int, reason: str, at: datetime) -> None:
+    def _speculation(self, drafted: int, accepted: int) -> None:
+        self.stats["draft_tokens_accepted"] += accepted
+        self.stats["draft_tokens_rejected"] += drafted - accepted
+
+    def _finished(self, call_id: int, text: str, output_tokens: int, reason: str, at: datetime, *,
+                  acceptance: float | None = None) -> None:
         pending = self.pending
         started = self._started.pop(call_id, None)
         if started is not None and reason != "cancelled":
@@ -134,7 +141,7 @@ class ResultSink:
             pending.replaced.append((call_id, replacement))
         pending.of(call_id).finish(text=text.strip(), output_tokens=output_tokens, plan=followed.plan,
                                    generation=followed.generation, off_protocol=followed.off_protocol, at=at,
-                                   reason=reason)
+                                   reason=reason, draft_acceptance=acceptance)
         pending.done.append((call_id, "done"))
 
     def _failed(self, call_id: int, error: str, at: datetime) -> None:

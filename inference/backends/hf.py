@@ -73,7 +73,9 @@ class HFBackend:
         max_new_tokens: int = 384,
         clock: Callable[[], float] | None = None,
         refiner: LengthRefiner | None = None,
+        speculative_tokens: int = 0,
     ) -> Engine:
         runner = self.make_runner(probe_layer=refiner.layer if refiner is not None else None)
         kwargs = {"clock": clock} if clock is not None else {}
-        return Engine(runner, self, scheduler, max_new_tokens=max_new_tokens, refiner=refiner, **kwargs)
+        return Engine(runner, self, scheduler, max_new_tokens=max_new_tokens, refiner=refiner,
+                      speculative_tokens=speculative_tokens, **kwargs)

@@ -71,5 +71,12 @@ class ReadOutConstraint:
         if child in self._ends:
             self._used.add(self._ends[child])
 
+    def clone(self) -> ReadOutConstraint:
+        """A copy at the same point that advances on its own (a speculative draft walks it); the trie is shared."""
+        twin = object.__new__(ReadOutConstraint)
+        twin.__dict__.update(self.__dict__)
+        twin._used = set(self._used)
+        return twin
+
     def _continuations(self, node: int) -> set[int]:
         return {t for t, child in self._children[node].items() if self._below[child] - self._used}

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import bisect
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from scheduler.config import ESI_LEVELS, SchedulerConfig, TierPolicy
@@ -144,30 +144,32 @@ class BaseScheduler:
         self.running = batch
         return decision
 
-    def complete_iteration(self, now_s: float, decision: Decision, finished_ids: Iterable[str]) -> None:
-        """Every batch member emitted one token: its whole context (but the newest token) now has KV on
-        device. O(b)."""
+    def complete_iteration(self, now_s: float, decision: Decision, finished_ids: Iterable[str],
+                           emitted: Mapping[str, int] | None = None) -> None:
+        """Every batch member emitted one token (``emitted[id]`` where speculative decoding gave it more): its
+        whole context (but the newest token) now has KV on device. O(b)."""
         finished = set(finished_ids)
-        self.schedule_queue.charge_iteration(decision.batch)  # before the step's tokens are accounted
+        self.schedule_queue.charge_iteration(decision.batch, emitted)  # before the step's tokens are accounted
         still_running = []
         keys = self._running_keys
         for r in decision.batch:
             if r.is_finished:
                 continue
+            n = 1 if emitted is None else emitted.get(r.id, 1)
             key = keys.get(r.id)
-            if key is not None:
-                key = self.advance_key(r, key) if decode_ready(r) else None
+            if key is not None:  # advance_key knows one step; a multi-token step is re-keyed at the next selection
+                key = self.advance_key(r, key) if decode_ready(r) and n == 1 else None
                 if key is None:
                     del keys[r.id]
                 else:
                     keys[r.id] = key
-            r.kv_tokens_on_device = r.prompt_tokens + r.generated_tokens
+            r.kv_tokens_on_device = r.prompt_tokens + r.generated_tokens + n - 1
             r.kv_tokens_on_host = 0
-            r.generated_tokens += 1
+            r.generated_tokens += n
             if r.first_token_s is None:
                 r.first_token_s = now_s
             if r.refined_remaining_tokens is not None:
-                r.refined_remaining_tokens = max(0.0, r.refined_remaining_tokens - 1)
+                r.refined_remaining_tokens = max(0.0, r.refined_remaining_tokens - n)
             if r.id in finished:
                 r.stage = Stage.DONE
                 r.finish_s = now_s

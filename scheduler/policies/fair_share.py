@@ -65,11 +65,13 @@ class FairShareQueue(ScheduleQueue):
         cost = prefilled_tokens + OUTPUT_WEIGHT * emitted_tokens
         self.counters[client, level] = self.counters.get((client, level), 0.0) + cost / self.weight(client)
 
-    def charge_iteration(self, batch: Iterable[Request]) -> None:
+    def charge_iteration(self, batch: Iterable[Request], emitted: Mapping[str, int] | None = None) -> None:
         """Charge one iteration of ``batch``, called before its tokens are accounted: each member computes the
-        KV of its pending tokens (all of them at a prefill, one at a decode) and emits one token. O(b)."""
+        KV of its pending tokens (all of them at a prefill, one at a decode) and emits one token (``emitted[id]``
+        under speculative decoding, whose verified draft tokens count as output). O(b)."""
         for r in batch:
-            self.charge(r.client, r.level, max(0, r.pending_tokens - 1), 1)
+            n = 1 if emitted is None else emitted.get(r.id, 1)
+            self.charge(r.client, r.level, max(0, r.pending_tokens - 1), n)
 
     def _activate(self, group: tuple[str, int]) -> None:
         """VTC's lift: a call system with nothing waiting at a level starts from the least counter of those

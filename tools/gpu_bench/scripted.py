@@ -5,7 +5,7 @@ GPU bench and the engine's tests drive preemptions with it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from scheduler.config import SchedulerConfig
 from scheduler.decision import Decision, KVUsage, Preemption, PreemptionMode, Scheduler
@@ -65,12 +65,14 @@ class ScriptedScheduler:
             decision.batch = batch
         return decision
 
-    def complete_iteration(self, now_s: float, decision: Decision, finished_ids: Iterable[str]) -> None:
+    def complete_iteration(self, now_s: float, decision: Decision, finished_ids: Iterable[str],
+                           emitted: Mapping[str, int] | None = None) -> None:
         finished = set(finished_ids)
         for r in decision.batch:
-            r.kv_tokens_on_device = r.context_tokens
+            n = 1 if emitted is None else emitted.get(r.id, 1)
+            r.kv_tokens_on_device = r.context_tokens + n - 1
             r.kv_tokens_on_host = 0
-            r.generated_tokens += 1
+            r.generated_tokens += n
             if r.first_token_s is None:
                 r.first_token_s = now_s
             if r.id in finished:

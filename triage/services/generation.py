@@ -44,13 +44,15 @@ class CallProgress:
     off_protocol: int = 0  # sentences the stream guard found off protocol
 
     def finish(self, *, text: str, output_tokens: int, plan: GuidancePlan | None, generation: int, off_protocol: int,
-               at: datetime | None, reason: str) -> None:
-        """Done: the guidance stored is the model's text, or the protocol's own when any sentence left it."""
+               at: datetime | None, reason: str, draft_acceptance: float | None = None) -> None:
+        """Done: the guidance stored is the model's text, or the protocol's own when any sentence left it.
+        ``draft_acceptance``: the share of speculative draft tokens the model accepted (None: none drafted)."""
         self.guidance = plan.text if off_protocol and plan is not None else text
         self.output_tokens, self.plan, self.generation, self.off_protocol = output_tokens, plan, generation, off_protocol
         self.move(CallStatus.DONE, at=at, output_tokens=output_tokens, reason=reason, off_protocol_sentences=off_protocol,
                   **({"protocol": plan.protocol, "protocol_version": plan.protocol_version, "band": plan.band}
-                     if plan is not None else {}))
+                     if plan is not None else {}),
+                  **({"draft_acceptance": round(draft_acceptance, 3)} if draft_acceptance is not None else {}))
 
     def result_fields(self) -> dict[str, Any]:
         plan = self.plan

@@ -20,9 +20,11 @@ from triage.selectors.scheduler import scheduler_config_load
 from worker.inference_worker import InferenceWorker, WorkerOptions
 
 log = logging.getLogger("worker")
+DEFAULT_SPECULATIVE_TOKENS = 0
 
 
-def build_engine(model: str, device: str, policy: str | None, max_new_tokens: int):  # noqa: ANN201 - Engine
+def build_engine(model: str, device: str, policy: str | None, max_new_tokens: int,  # noqa: ANN201 - Engine
+                 speculative_tokens: int = 0):
     """The configured backend around the configured model, driving the configured scheduler."""
     from inference.backends.hf import HFBackend
 
@@ -38,7 +40,8 @@ def build_engine(model: str, device: str, policy: str | None, max_new_tokens: in
         from inference.length_probe import LengthProbe, LengthRefiner
 
         refiner = LengthRefiner(LengthProbe.load(probe_dir))
-    return backend.make_engine(scheduler, max_new_tokens=max_new_tokens, refiner=refiner)
+    return backend.make_engine(scheduler, max_new_tokens=max_new_tokens, refiner=refiner,
+                               speculative_tokens=speculative_tokens)
 
 
 def build_vllm_pool(policy: str | None, max_new_tokens: int):  # noqa: ANN201 - VllmPool
@@ -70,6 +73,10 @@ class Command(BaseCommand):
                  "heartbeat theirs every third of it)",
         )
         parser.add_argument("--max-new-tokens", type=int, default=384)
+        parser.add_argument(
+            "--speculative-tokens", type=int,
+            default=int(os.environ.get("TRIAGE_INFERENCE_SPECULATIVE_TOKENS", str(DEFAULT_SPECULATIVE_TOKENS))),
+            help="draft tokens verified per call and step (prompt lookup and the read-out's forced tokens; 0: off)")
         parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TRIAGE_INFERENCE_METRICS_PORT", "0")),
                             help="serve Prometheus metrics on this port (0: off)")
         parser.add_argument("--metrics-host", default=os.environ.get("TRIAGE_INFERENCE_METRICS_HOST", "127.0.0.1"),
@@ -98,7 +105,8 @@ class Command(BaseCommand):
         if backend == "vllm":
             engine = build_vllm_pool(opts["policy"], opts["max_new_tokens"])
         else:
-            engine = build_engine(opts["model"], opts["device"], opts["policy"], opts["max_new_tokens"])
+            engine = build_engine(opts["model"], opts["device"], opts["policy"], opts["max_new_tokens"],
+                                  opts["speculative_tokens"])
         worker = InferenceWorker(engine, redis_bytes_client(), WorkerOptions(
             stream=settings.TRIAGE["INFERENCE_STREAM"], group=settings.TRIAGE["INFERENCE_GROUP"],
             consumer=opts["consumer"], control_channel=settings.TRIAGE["CONTROL_CHANNEL"],
