@@ -27,6 +27,7 @@ class GuidancePlan:
     sentences: tuple[str, ...]  # the instructions, {patient} filled for this call
     library_version: str
     template: tuple[str, ...] = ()  # the same sentences as the library writes them ({patient} unfilled)
+    brief: bool = False  # key questions only (``brief_plan``): a surge's first degradation step
 
     @property
     def text(self) -> str:
@@ -61,7 +62,7 @@ def brief_plan(library: ProtocolLibrary, plan: GuidancePlan, esi: int, age_years
     template = (fam.send_for(esi), ASK, *fam.key_questions)
     patient = patient_words(age_years)
     return GuidancePlan(plan.protocol, plan.protocol_version, plan.family, plan.band,
-                        tuple(fill(s, patient) for s in template), plan.library_version, template)
+                        tuple(fill(s, patient) for s in template), plan.library_version, template, brief=True)
 
 
 def normalise_transcript(transcript: str) -> str:

@@ -208,9 +208,10 @@ function esiBadge(call, now) {
   const unsure = call.uncertain ? " <span class=\"uncertain\" title=\"The algorithm and the model disagree, or the probability is split: check the call\">uncertain</span>" : "";
   const held = call.held ? ` <span class="held" title="Uncertain: held at the more urgent level until a dispatcher confirms (key v) or overrides; the classifier said ESI ${esc(call.predicted_esi)}">held</span>` : "";
   const off = call.off_protocol ? " <span class=\"off-protocol-badge\" title=\"The model said something the protocol does not: its guidance was replaced by the protocol's own text\">off-protocol</span>" : "";
+  const brief = call.guidance_brief ? " <span class=\"brief-badge\" title=\"Key questions only: generated while the surge controller protected ESI 1-2; regenerate it for the full protocol\">key questions only</span>" : "";
   const aged = effectiveLevel(call, now);
   const agedNote = aged < call.level ? ` <span class="aged" title="Waiting moved it up: queued as ESI ${aged}">→ ${aged}</span>` : "";
-  return `<span class="esi esi-${call.level}">ESI ${call.level}</span>${agedNote}${point}${dispatchHtml(call)}${unsure}${held}${off}${note}`;
+  return `<span class="esi esi-${call.level}">ESI ${call.level}</span>${agedNote}${point}${dispatchHtml(call)}${unsure}${held}${off}${brief}${note}`;
 }
 
 // The centre's own terms beside the ESI: its priority code and response mode, the units in the tooltip.
@@ -426,7 +427,7 @@ function refreshPanelSoon() {
 }
 
 function panelFieldsChanged(a, b) {
-  return a.status !== b.status || a.level !== b.level || a.uncertain !== b.uncertain || a.held !== b.held || a.off_protocol !== b.off_protocol || JSON.stringify(a.protocol) !== JSON.stringify(b.protocol) || a.acknowledged !== b.acknowledged || a.live !== b.live;
+  return a.status !== b.status || a.level !== b.level || a.uncertain !== b.uncertain || a.held !== b.held || a.off_protocol !== b.off_protocol || a.guidance_brief !== b.guidance_brief || JSON.stringify(a.protocol) !== JSON.stringify(b.protocol) || a.acknowledged !== b.acknowledged || a.live !== b.live;
 }
 
 const OFF_PROTOCOL_STATE = "off-protocol: the model left the protocol, its own text is shown";

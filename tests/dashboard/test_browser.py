@@ -324,3 +324,19 @@ def test_single_key_shortcuts_can_be_switched_off_and_the_choice_is_remembered(
     page.keyboard.press("Escape")
     page.keyboard.press("j")
     page.wait_for_selector(f'#call-panel [data-call-id="{urgent.pk}"]')
+
+
+def test_a_call_given_key_questions_only_in_a_surge_is_marked_on_its_row_and_panel(
+    page, board_server, dispatcher_login, make_call
+):
+    brief = make_call(4, status=CallStatus.DONE)
+    full = make_call(4, status=CallStatus.DONE)
+    Call.objects.filter(pk=brief.pk).update(guidance_brief=True)
+    open_board(page, board_server, dispatcher_login)
+    done = page.locator("#done-body")
+    done.locator(f'tr[data-id="{full.pk}"]').wait_for()
+    assert done.locator(f'tr[data-id="{brief.pk}"] .brief-badge').is_visible()
+    assert done.locator(f'tr[data-id="{full.pk}"] .brief-badge').count() == 0
+    done.locator(f'tr[data-id="{brief.pk}"]').click()
+    page.wait_for_selector(f'#call-panel [data-call-id="{brief.pk}"]')
+    assert page.locator("#call-panel .brief-badge").is_visible()

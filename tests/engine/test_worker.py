@@ -45,9 +45,11 @@ def stream_names():
 def make_worker(tiny_backend, stream_names):
     workers = []
 
-    def make(consumer: str = "w1", claim_idle_ms: int = 30_000, max_new_tokens: int = 24) -> InferenceWorker:
+    def make(consumer: str = "w1", claim_idle_ms: int = 30_000, max_new_tokens: int = 24,
+             speculative_tokens: int = 0) -> InferenceWorker:
         scheduler = make_scheduler(SchedulerConfig(policy="semantic", batch_size=8), PRESETS["a100-4b"])
-        engine = tiny_backend.make_engine(scheduler, max_new_tokens=max_new_tokens)
+        engine = tiny_backend.make_engine(scheduler, max_new_tokens=max_new_tokens,
+                                          speculative_tokens=speculative_tokens)
         worker = InferenceWorker(engine, redis_bytes_client(), WorkerOptions(
             stream=stream_names["stream"], group="inference", consumer=consumer,
             control_channel=stream_names["control"], claim_idle_ms=claim_idle_ms, flush_interval_s=0.05,
@@ -217,6 +219,7 @@ def test_prometheus_metrics_per_worker_with_ttft_and_e2e_histograms_by_esi(make_
     assert samples[("triage_inference_tokens_total", (w,))] > 0
     assert ("triage_inference_kv_use_ratio", (w,)) in samples
     assert ("triage_inference_off_protocol_sentences_total", (w,)) in samples
+    assert ("triage_inference_draft_tokens_total", (("outcome", "accepted"), w)) in samples
     # The dashboard and alert rules in docs/observability/ query only series the worker exports.
     import re
     from pathlib import Path
@@ -501,6 +504,31 @@ def test_in_protect_mode_less_urgent_calls_get_key_questions_only_and_esi_1_2_fu
     briefed = AuditEvent.objects.filter(action="call.guidance_brief")
     assert list(briefed.values_list("call_id", flat=True)) == [minor.pk]
     assert briefed.get().data["level"] == 4 and worker.stats["brief_guidance"] == 1
+    assert minor.guidance_brief and not urgent.guidance_brief  # shown on the board and in the API
     key_questions = load_library().families[full.plan.family].key_questions
     assert any(q in minor.guidance for q in key_questions)
     assert not any(s in minor.guidance for s in full.plan.sentences[1:])  # the band's own lines are not read out
+
+
+def test_speculative_guidance_is_the_same_text_and_its_acceptance_is_audited_and_counted(make_worker, stream_names):
+    """With drafts on, each call's stored guidance is what the plain engine stores, the DONE audit row carries the
+    share of drafted tokens the model accepted, and the worker counts accepted and rejected drafts."""
+    texts = {}
+    for drafts in (0, 8):
+        calls = _calls(2)
+        for call in calls:
+            _assess(call, "fall")
+        worker = make_worker(consumer=f"spec{drafts}", max_new_tokens=120, speculative_tokens=drafts)
+        worker.start()
+        _enqueue(stream_names["stream"], calls)
+        _run_until(worker, lambda calls=calls: _all_final(calls))
+        texts[drafts] = [Call.objects.get(pk=c.pk).guidance for c in calls]
+        done = AuditEvent.objects.filter(call_id__in=[c.pk for c in calls], to_status=CallStatus.DONE)
+        assert done.count() == 2
+        if drafts:
+            assert all(0.0 <= e.data["draft_acceptance"] <= 1.0 for e in done)
+            assert worker.stats["draft_tokens_accepted"] > 0
+            assert worker.metrics.compute()["draft_tokens"]["accepted"] == worker.stats["draft_tokens_accepted"]
+        else:
+            assert not any("draft_acceptance" in e.data for e in done)
+    assert texts[8] == texts[0] and all(texts[0])

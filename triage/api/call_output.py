@@ -115,6 +115,9 @@ class CallOutputSerializer(serializers.Serializer):
     guidance = serializers.CharField(allow_blank=True)
     guidance_protocol = serializers.CharField(allow_blank=True, help_text='The protocol the guidance read out, or "unclear"')
     guidance_protocol_version = serializers.IntegerField(allow_null=True)
+    guidance_brief = serializers.BooleanField(
+        help_text="The guidance is the protocol's key questions only: generated while the centre's surge controller "
+                  "protected ESI 1-2 (a dispatcher may generate it again in full)")
     off_protocol = serializers.SerializerMethodField(
         help_text="The stream guard found a sentence off protocol: `guidance` is the protocol's own text"
     )

@@ -53,6 +53,9 @@ class Call(models.Model):
     guidance_protocol = models.CharField(max_length=40, blank=True, help_text='Protocol id read out, or "unclear"')
     guidance_protocol_version = models.PositiveSmallIntegerField(null=True, blank=True)
     guidance_band = models.CharField(max_length=8, blank=True, help_text="The ESI band whose text was read out")
+    guidance_brief = models.BooleanField(
+        default=False, help_text="The guidance is the protocol's key questions only: generated while the surge "
+        "controller protected ESI 1-2 (audited call.guidance_brief)")
     off_protocol_sentences = models.PositiveIntegerField(
         default=0, help_text="Sentences the stream guard found off protocol; when any, the guidance stored and "
         "shown is the protocol's own text"

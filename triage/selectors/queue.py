@@ -143,6 +143,7 @@ def call_state(
         "protocol": protocol_state(assessment, library),
         "dispatch_priority": priority.as_dict() if priority is not None else None,
         "off_protocol": call.off_protocol_sentences > 0,
+        "guidance_brief": call.guidance_brief,
         "tier_id": call.tier_id,
         "preemption_count": call.preemption_count,
         "output_tokens": call.output_tokens,

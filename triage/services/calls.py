@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 # Fields a transition may set together with the status (the inference worker's results).
 TRANSITION_UPDATABLE_FIELDS = frozenset({
     "guidance", "output_tokens", "failure_reason", "guidance_protocol", "guidance_protocol_version", "guidance_band",
-    "off_protocol_sentences", "done_at",
+    "off_protocol_sentences", "guidance_brief", "done_at",
 })
 def call_create(
     *,

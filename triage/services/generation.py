@@ -58,7 +58,7 @@ class CallProgress:
         plan = self.plan
         return {
             "guidance": self.guidance or "", "output_tokens": self.output_tokens,
-            "off_protocol_sentences": self.off_protocol,
+            "off_protocol_sentences": self.off_protocol, "guidance_brief": bool(plan and plan.brief),
             "guidance_protocol": plan.protocol if plan else "", "guidance_band": plan.band if plan else "",
             "guidance_protocol_version": plan.protocol_version if plan else None,
         }

@@ -45,7 +45,8 @@ logger = logging.getLogger(__name__)
 
 CANDIDATES_MAX = 200  # the most recent open calls a new call is compared with
 # What a follower takes of its source's result (the rest of the call is its own).
-SHARED_FIELDS = ("guidance", "guidance_protocol", "guidance_protocol_version", "guidance_band", "off_protocol_sentences")
+SHARED_FIELDS = ("guidance", "guidance_protocol", "guidance_protocol_version", "guidance_band", "off_protocol_sentences",
+                 "guidance_brief")
 
 
 def for_linking(call: Call) -> CallForLinking:

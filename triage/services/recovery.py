@@ -59,7 +59,8 @@ def call_requeue(*, call: Call, actor: Actor, reason: str) -> None:
     rolls the whole change back. Once committed, the call's replay log is restarted: the worker numbers the new
     generation's tokens from 0 again, and a stream opened later must not show the old text with the new."""
     call_transition(call=call, to_status=CallStatus.QUEUED, actor=actor, data={"reason": reason},
-                    updates={"done_at": None, "guidance": "", "off_protocol_sentences": 0, "failure_reason": ""})
+                    updates={"done_at": None, "guidance": "", "off_protocol_sentences": 0, "guidance_brief": False,
+                             "failure_reason": ""})
     transaction.on_commit(partial(publish_guidance_restart, call.pk))
     try:
         stream_append_many([inference_entry(call, enqueued_at=time.time())])

@@ -48,7 +48,8 @@ def test_new_narrative_that_reads_more_urgent_raises_the_level_at_once_and_re_ke
     triaged, triage_predictor, tiers, redis_conn, django_capture_on_commit_callbacks,
 ):
     call = triaged(UNWELL)
-    assert call.level == 5
+    before = call.level
+    assert before >= 4  # a vague complaint; the learned model alone places it at 4 or 5
     _update(call, "u1", ARREST)
     pubsub = redis_conn.pubsub()
     pubsub.subscribe(control_channel())
@@ -63,7 +64,7 @@ def test_new_narrative_that_reads_more_urgent_raises_the_level_at_once_and_re_ke
     assert call.assessment.narrative_revision == 1 and call.assessment.reasons[0].startswith("A: not breathing")
     audit = AuditEvent.objects.get(call=call, action="call.retriaged")
     assert (audit.actor, audit.data["outcome"], audit.data["from_level"], audit.data["to_level"]) == (
-        "system:triage", "raised", 5, 1)
+        "system:triage", "raised", before, 1)
 
 
 def test_a_less_urgent_reading_is_held_until_a_dispatcher_confirms_the_lower_level(triaged, triage_predictor, dispatcher):
