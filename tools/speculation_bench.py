@@ -1,7 +1,7 @@
 """Speculative decoding on our engine: guidance tokens/s and ESI-1 time to first token, with and without.
 
     python -m tools.speculation_bench [--model PATH] [--concurrency 1,16] [--draft 8] [--repeats 3]
-                                      [--burst 200] [--free] [--json]
+                                      [--burst 200] [--free] [--json] [--write-prompts FILE]
 
 Every row runs the same served guidance requests (a written call's prompt, its protocol plan as the strict
 read-out, as the worker runs them) through the engine twice per repeat, alternately without speculation and
@@ -82,7 +82,14 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--burst", type=int, default=0)
     parser.add_argument("--free", action="store_true", help="no read-out: prompt lookup alone")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--write-prompts", metavar="FILE", help="only write the prompts (JSON) for the vLLM bench")
     args = parser.parse_args(argv)
+    if args.write_prompts:
+        sizes = [int(x) for x in args.concurrency.split(",")]
+        prompts = [r["prompt"] for r in _requests(max(sizes), free=True)]
+        with open(args.write_prompts, "w", encoding="utf-8") as out:
+            json.dump(prompts, out)
+        return []
     torch.set_num_threads(args.threads)
     backend = HFBackend.load(args.model, device=args.device)
     _run(backend, _requests(2, args.free), args.draft, "fcfs", 16)  # warm-up

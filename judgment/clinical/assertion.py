@@ -168,10 +168,6 @@ def _answer_after(sentence: Span) -> str | None:
     are a no."""
     doc: Doc = sentence.doc
     i = sentence.end
-    while i < len(doc) and doc[i].is_space:
-        i += 1
-    if i < len(doc) and not (i + 1 < len(doc) and doc[i + 1].text == ":") and _is_question(doc[i].sent):
-        i = doc[i].sent.end  # "Is mummy breathing? Can you see her tummy going up and down? - Yes": one answer
     while i < len(doc):
         if i + 1 < len(doc) and doc[i].is_alpha and doc[i + 1].norm_ in REPORTED:
             i += 2  # "she says"
@@ -193,11 +189,6 @@ def _answer_after(sentence: Span) -> str | None:
     if word in NO:
         return NEGATED
     return None
-
-
-def _is_question(sentence: Span) -> bool:
-    marks = [t for t in sentence if not t.is_space and (not t.is_punct or t.text == "?")]
-    return bool(marks) and marks[-1].text == "?"
 
 
 def resolve_told_of_it(doc: Doc, assertions: list[Assertion], normal: frozenset[str] = frozenset()) -> list[Assertion]:

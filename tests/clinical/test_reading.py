@@ -210,9 +210,9 @@ def test_situations_are_read_by_their_meaning(catalogue, text, concept, expected
     ("Call-taker: Could she be pregnant? Caller: She says definitely not.", "pregnant", "negated"),
     ("Call-taker: Any pain in his tummy? Caller: A bit, low down.", "abdominal_pain", "present"),
     ("Call-taker: Is he breathing? Caller: Um, no.", "breathing_ok", "negated"),
-    # yes to a question of two things joined by "and" says both; one answer to two questions in a row
+    # yes to a question of two things joined by "and" says both; an answer after two questions answers the last
     ("Call-taker: Is she awake and talking to you? Caller: Yes, she's crying.", "alert", "present"),
-    ("Call-taker: Is he breathing? Can you see his chest moving? Caller: Yes, slowly.", "breathing_ok", "present"),
+    ("Call-taker: Is he breathing okay? Any chest pain? Caller: No.", "breathing_ok", "question"),
     # a question that is a list of words asks of each
     ("Call-taker: Sweaty, clammy? Caller: No, not at all.", "clammy", "negated"),
     # a finding stated denies its normal state

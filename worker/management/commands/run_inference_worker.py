@@ -20,7 +20,7 @@ from triage.selectors.scheduler import scheduler_config_load
 from worker.inference_worker import InferenceWorker, WorkerOptions
 
 log = logging.getLogger("worker")
-DEFAULT_SPECULATIVE_TOKENS = 0
+DEFAULT_SPECULATIVE_TOKENS = 16  # measured: docs/decisions/speculative-decoding.md
 
 
 def build_engine(model: str, device: str, policy: str | None, max_new_tokens: int,  # noqa: ANN201 - Engine
