@@ -11,6 +11,7 @@ import uuid
 import pytest
 from django.conf import settings as django_settings
 
+from tests.engine.reference import SOLO_MAX_NEW, corpus_prompts, solo_greedy
 from tests.fixtures.services import REPO_ROOT, WorkerProcess, database_url_for_test_db
 from triage.redis_clients import redis_bytes_client
 
@@ -63,3 +64,16 @@ def start_inference_worker(tiny_guidance_model, isolated_stream, transactional_d
             except subprocess.TimeoutExpired:
                 worker.process.kill()
                 worker.process.wait()
+
+
+@pytest.fixture(scope="module")
+def prompts() -> list[str]:
+    """Six served prompts of written calls (the tiny model's training calls)."""
+    return corpus_prompts(6)
+
+
+@pytest.fixture(scope="module")
+def solo(tiny_backend, prompts) -> list[list[int]]:  # noqa: ANN001
+    """Each prompt's greedy output alone (``SOLO_MAX_NEW`` tokens): what batching, preemption and speculation must
+    reproduce token for token."""
+    return [solo_greedy(tiny_backend, tiny_backend.encode(p), SOLO_MAX_NEW) for p in prompts]

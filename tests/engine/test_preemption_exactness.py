@@ -7,10 +7,10 @@ import pytest
 
 from inference.engine import Engine
 from scheduler.decision import PreemptionMode
-from tests.engine.reference import corpus_prompts, solo_greedy
+from tests.engine.reference import SOLO_MAX_NEW
 from tools.gpu_bench.scripted import ScriptedScheduler
 
-MAX_NEW = 40
+MAX_NEW = SOLO_MAX_NEW
 SWAP, DROP, PARTIAL = PreemptionMode.SWAP, PreemptionMode.DROP, PreemptionMode.PARTIAL
 
 
@@ -23,16 +23,6 @@ def _run(backend, prompts, script, **kwargs):
         engine.add_request(f"r{i}", ids[f"r{i}"], level=3, predicted_output_tokens=MAX_NEW)
     done = engine.run_until_idle(max_steps=2000)
     return engine, ids, done
-
-
-@pytest.fixture(scope="module")
-def prompts():
-    return corpus_prompts(6)
-
-
-@pytest.fixture(scope="module")
-def solo(tiny_backend, prompts):
-    return [solo_greedy(tiny_backend, tiny_backend.encode(p), MAX_NEW) for p in prompts]
 
 
 @pytest.mark.parametrize(

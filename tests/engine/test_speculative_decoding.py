@@ -12,11 +12,11 @@ from scheduler.config import SchedulerConfig
 from scheduler.cost import PRESETS
 from scheduler.decision import PreemptionMode
 from scheduler.policies import make_scheduler
-from tests.engine.reference import corpus_prompts, solo_greedy
+from tests.engine.reference import SOLO_MAX_NEW
 from tools.gpu_bench.scripted import ScriptedScheduler
 from training.guidance_corpus import example_records, record_plan, record_prompt
 
-MAX_NEW = 48
+MAX_NEW = SOLO_MAX_NEW
 
 
 def test_prompt_lookup_proposes_what_followed_the_latest_earlier_occurrence_of_the_longest_tail():
@@ -43,16 +43,6 @@ def test_the_draft_is_held_to_the_room_left():
     constraint.advance(10)
     assert draft([10], NgramIndex(), 2, constraint).token_ids == (11, 12)
     assert draft([10], NgramIndex(), 0, constraint).token_ids == ()
-
-
-@pytest.fixture(scope="module")
-def prompts():
-    return corpus_prompts(6)
-
-
-@pytest.fixture(scope="module")
-def solo(tiny_backend, prompts):
-    return [solo_greedy(tiny_backend, tiny_backend.encode(p), MAX_NEW) for p in prompts]
 
 
 def _engine(backend, speculative_tokens: int, max_new_tokens: int = MAX_NEW):
