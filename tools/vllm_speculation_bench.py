@@ -41,9 +41,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = parser.parse_args(argv)
     # as a server runs (inference.backends.vllm_server.server_env): a small CPU KV cache, nothing fetched; the engine
     # core in this process, so that one engine is gone before the next starts
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.update({"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1"})
     from vllm import SamplingParams
 
     prompts = json.loads(open(args.prompts, encoding="utf-8").read())

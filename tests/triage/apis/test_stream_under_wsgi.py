@@ -49,7 +49,8 @@ def _healthy(server: ServerProcess) -> bool:
 
 def _request(server: ServerProcess, method: str, path: str, token: str, body: dict | None = None,
              **headers: str) -> tuple[int, dict]:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)  # a held stream would time out here
+    # A held stream would time out here; 15 s, not 5: a cold first request on a busy 2-core machine took over 5 s
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=15)
     try:
         conn.request(method, path, json.dumps(body) if body is not None else None,
                      {"Authorization": f"Bearer {token}", "Content-Type": "application/json", **headers})
@@ -77,7 +78,7 @@ def test_the_intake_serves_the_api_and_its_schema_but_no_board_admin_or_login(in
     _, token = client_and_token
     status, body = _request(intake_server, "GET", "/api/v1/calls/", token)
     assert status == 200 and "results" in body
-    conn = http.client.HTTPConnection("127.0.0.1", intake_server.port, timeout=5)
+    conn = http.client.HTTPConnection("127.0.0.1", intake_server.port, timeout=15)
     try:
         for path, expected in (("/api/schema/", 200), ("/healthz", 200), ("/", 404), ("/admin/", 404),
                                ("/admin/login/", 404), ("/accounts/login/", 404), ("/calls/1/", 404),
