@@ -71,14 +71,16 @@ def draft(token_ids: Sequence[int], index: NgramIndex, limit: int, read_out: Rea
     tokens: list[int] = []
     allowed_after: list[Sequence[int]] = []
     options = constraint.allowed()
+    on_proposal = True  # the draft so far is the proposal's prefix
     while len(tokens) < limit and not constraint.finished:
         i = len(tokens)
         if len(options) == 1:
             token = options[0]  # forced: the sentence goes on, or nothing is left but EOS
-        elif i < len(proposal) and proposal[:i] == tokens and proposal[i] in options:
+        elif on_proposal and i < len(proposal) and proposal[i] in options:
             token = proposal[i]  # the lookup's guess at a choice the model makes
         else:
             break
+        on_proposal = on_proposal and i < len(proposal) and proposal[i] == token
         constraint.advance(token)
         tokens.append(token)
         options = constraint.allowed()
