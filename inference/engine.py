@@ -20,6 +20,7 @@ from inference.kv_store import KVLocation, KVStore
 from inference.model_runner import ModelRunner, RowInput
 from inference.speculation import Draft, NgramIndex, draft
 from scheduler.config import SchedulerConfig
+from scheduler.cost_correction import CostCorrector
 from scheduler.decision import Decision, KVUsage, Preemption, PreemptionMode, Scheduler
 from scheduler.policies import make_scheduler
 from scheduler.request import Request, Stage
@@ -114,9 +115,11 @@ class Engine:
         clock: Callable[[], float] = time.time,
         refiner: LengthRefiner | None = None,
         speculative_tokens: int = 0,
+        cost_correction: bool = True,
     ) -> None:
         """``speculative_tokens``: the most draft tokens verified per request and step (0: no speculation);
-        drafts come from the sequence itself and the read-out (``inference.speculation``)."""
+        drafts come from the sequence itself and the read-out (``inference.speculation``). ``cost_correction``:
+        measured iteration times correct the scheduler's cost model (``scheduler.cost_correction``)."""
         self.runner = runner
         self.store: KVStore = runner.store
         self.codec = codec
@@ -125,6 +128,8 @@ class Engine:
         self.clock = clock
         self.refiner = refiner
         self.speculative_tokens = speculative_tokens
+        # Keeps the base cost model; None: off, or a scheduler without a cost model (a scripted one)
+        self.cost_corrector = CostCorrector(scheduler.cost) if cost_correction and hasattr(scheduler, "cost") else None
         self.sequences: dict[str, Sequence] = {}
         self.tokens_generated = 0
         self.drafted_tokens = 0
@@ -178,9 +183,12 @@ class Engine:
         self.scheduler.cancel(request_id)
 
     def replace_scheduler(self, successor: Scheduler) -> None:
-        """Hand every live request to ``successor`` (a policy change) and drive it from the next step."""
+        """Hand every live request to ``successor`` (a policy change) and drive it from the next step, with the
+        engine's base cost model corrected (whatever model it was built with: never corrected twice)."""
         self.scheduler.hand_over(successor, now_s=self.clock())
         self.scheduler = successor
+        if self.cost_corrector is not None:
+            successor.update_config(cost=self.cost_corrector.model)
 
     def reprioritise(self, request_id: str, level: int, tier: str | None = None) -> None:
         self.scheduler.reprioritise(request_id, level, tier)
@@ -199,10 +207,14 @@ class Engine:
         result.paused_ids = [r.id for r in decision.paused]
         if not decision.is_idle:
             emitted: dict[str, int] = {}
+            predicted_s = self.cost_corrector.predict_s(decision) if self.cost_corrector is not None else 0.0
+            ran = time.perf_counter()
             try:
                 finished_ids, emitted = self._run(decision, result)
             except Exception as error:  # noqa: BLE001 - a batch's failure (e.g. out of memory) ends its requests, not the engine
                 finished_ids = self._fail_batch(decision, result, error)
+            else:
+                self._correct_cost(predicted_s, time.perf_counter() - ran)
             self.scheduler.complete_iteration(self.clock(), decision, finished_ids, emitted)
             self.iterations += 1
         result.duration_s = time.perf_counter() - started
@@ -214,6 +226,11 @@ class Engine:
                 self.kv_tokens_on_device(), self.store.host_tokens(), result.duration_s * 1e3,
             )
         return result
+
+    def _correct_cost(self, predicted_s: float, measured_s: float) -> None:
+        """One iteration's time to the online correction; the corrected cost model (None until due) to the scheduler."""
+        if self.cost_corrector is not None and (corrected := self.cost_corrector.observe(predicted_s, measured_s)):
+            self.scheduler.update_config(cost=corrected)
 
     def _cancel(self, decision: Decision, result: StepResult) -> None:
         for r in decision.cancelled:
@@ -263,6 +280,7 @@ class Engine:
             seq.accepted_tokens += len(out.accepted)
             self.drafted_tokens += drafted[out.request_id]
             self.accepted_tokens += len(out.accepted)
+            seq.request.record_draft_round(drafted[out.request_id], len(out.accepted))  # LAPS-SD reads it
             reason = None
             for token_id in out.token_ids:
                 seq.token_ids.append(token_id)

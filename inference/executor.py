@@ -8,6 +8,7 @@ from typing import Protocol
 
 from inference.engine import StepResult
 from scheduler.config import SchedulerConfig
+from scheduler.cost_correction import CostCorrector
 from scheduler.decision import KVUsage
 from scheduler.request import Request
 
@@ -21,6 +22,8 @@ class Executor(Protocol):
     # Whether ``add_request(read_out=...)`` holds the output to those sentences; where not, only the stream
     # guard holds it (the worker passes read_out only where it is enforced).
     constrains_read_out: bool
+    # The online correction of the executor's cost model (``scheduler.cost_correction``); None: it has none.
+    cost_corrector: CostCorrector | None
 
     @property
     def policy_name(self) -> str: ...

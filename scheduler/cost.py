@@ -153,19 +153,29 @@ def keep_or_recompute(prefilled_tokens: int, cost: CostModel) -> bool:
     return n > 0 and cost.beta_s_per_token < cost.alpha1 * n + cost.alpha2
 
 
-def optimal_decoded_tokens_to_keep(prefilled_tokens: int, cost: CostModel) -> float:
-    """The paper's m*: how many decoded tokens (after n prefilled ones) to keep rather than recompute,
-    with a decode step at context c costing gamma1*c + gamma2:
+def decoded_tokens_to_recompute(prefilled_tokens: int, cost: CostModel) -> float:
+    """Hua et al.'s m*, derived again: of a preempted request's d decoded tokens, how many to recompute rather
+    than keep, when recomputing a token costs a decode step at its context (gamma1*c + gamma2) and keeping one
+    costs beta (its reload).
 
-        m* = max(0, (beta - gamma1*n - (gamma1 + 2*gamma2)/2) / (2*gamma1))
+    Recomputing m decoded tokens right after the n prefilled ones (contexts n+1 .. n+m) and keeping the rest:
 
-    O(1). With realistic coefficients (gamma2 of tens of ms, beta of 1e-4 s) m* is 0: decoded tokens are
-    recomputed in the resuming prefill."""
+        f(m) = sum_{j=1..m} (gamma1*(n + j) + gamma2) + beta*(d - m)
+             = m*gamma2 + gamma1*(m*n + m*(m + 1)/2) + beta*(d - m)
+
+    is convex in m, and f'(m) = gamma2 + gamma1*n + gamma1*(2m + 1)/2 - beta = 0 gives
+
+        m* = (beta - gamma1*n - (gamma1 + 2*gamma2)/2) / gamma1,  clipped at 0 (and at d by the caller).
+
+    The paper prints 2*gamma1 in the denominator and calls m* the tokens to *keep*; the derivative of its own
+    Eq. 5 gives gamma1, and the tokens to recompute. m* > 0 only where keeping a token costs more than decoding
+    one right after the prompt (beta > gamma1*(n + 1) + gamma2: a slow host link beside a fast decode step);
+    with every preset and our CPU calibration m* = 0: recompute none, keep every decoded token. O(1)."""
     if cost.gamma1 <= 0:
         return 0.0
     n = prefilled_tokens
     g1, g2 = cost.gamma1, cost.gamma2
-    return max(0.0, (cost.beta_s_per_token - g1 * n - (g1 + 2 * g2) / 2) / (2 * g1))
+    return max(0.0, (cost.beta_s_per_token - g1 * n - (g1 + 2 * g2) / 2) / g1)
 
 
 # --- presets ---------------------------------------------------------------------------------------

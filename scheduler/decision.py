@@ -23,6 +23,7 @@ from scheduler.request import Request, Stage
 
 if TYPE_CHECKING:
     from scheduler.config import SchedulerConfig
+    from scheduler.cost import CostModel
 
 
 class PreemptionMode(StrEnum):
@@ -94,8 +95,9 @@ class Scheduler(Protocol):
     def kv_usage(self) -> KVUsage:
         """The KV blocks in use and the capacity, for metrics; O(1)."""
 
-    def update_config(self, config: SchedulerConfig) -> None:
-        """Apply an administrator's change (tiers, aging, batch size, capacity...) at the next decision."""
+    def update_config(self, config: SchedulerConfig | None = None, *, cost: CostModel | None = None) -> None:
+        """Apply an administrator's change (tiers, aging, batch size, capacity...; None: keep the settings) and/or
+        a new cost model (the engine's online correction, ``scheduler.cost_correction``) at the next decision."""
 
     def hand_over(self, successor: Scheduler, now_s: float) -> None:
         """Give every live request to ``successor`` (a scheduler of another policy); call it between

@@ -127,3 +127,11 @@ class TdgAccumulator:
     @property
     def ratio(self) -> float:
         return self.on_time / self.total if self.total else 1.0
+
+
+def count_token(tdg: TdgAccumulator, tier: TierPolicy, *, index: int, t_s: float, arrival_s: float) -> None:
+    """Token ``index`` (1-based) of a request of ``tier`` that arrived at ``arrival_s``, delivered at ``t_s``: due
+    by the tier's mean TTFT target and TPOT target, weighing its ``tdg_weight``. The one per-token rule of the
+    simulators and the live worker (``worker.metrics``). O(1)."""
+    tdg.token(index=index, t_s=t_s, arrival_s=arrival_s, ttft_target_s=tier.ttft_target_mean_s,
+              tpot_target_s=tier.tpot_target_s, weight=tier.tdg_weight)

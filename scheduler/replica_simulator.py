@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from scheduler.config import SchedulerConfig
 from scheduler.cost import CostModel
 from scheduler.decision import Decision
-from scheduler.metrics import TdgAccumulator
+from scheduler.metrics import TdgAccumulator, count_token
 from scheduler.policies import BaseScheduler, make_scheduler
 from scheduler.policies.displacement import more_urgent_level, never_displaces
 from scheduler.replica_state import ReplicaState, RoutedCall, routed_call
@@ -32,7 +32,6 @@ from scheduler.simulator import (
     build_requests,
     complete,
     config_summary,
-    count_token,
     iteration_s,
     outcomes_of,
 )
@@ -71,6 +70,9 @@ def simulate_replicas(
                            predicted_tokens=r.predicted_output_tokens, generated_tokens=r.generated_tokens,
                            prompt_tokens=r.prompt_tokens, now=now)
 
+    def on_token(r: Request, index: int, t_s: float) -> None:
+        count_token(tdg, r.payload["tier"], index=index, t_s=t_s, arrival_s=r.arrival_s)
+
     def state_of(name: str, engine: BaseScheduler, now: float) -> ReplicaState:
         cost = costs[name]
         held = list(engine.requests.values()) + list(engine.arrival_buffer)
@@ -86,7 +88,7 @@ def simulate_replicas(
         for name, (decision, end) in sorted(busy.items()):
             if end <= clock:
                 del busy[name]
-                done.extend(complete(engines[name], decision, end, lambda r, i, t: count_token(tdg, r, i, t)))
+                done.extend(complete(engines[name], decision, end, on_token))
         while nxt < len(requests) and requests[nxt].arrival_s <= clock:
             waiting.append(requests[nxt])
             nxt += 1

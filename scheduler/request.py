@@ -11,6 +11,7 @@ Token accounting (shared by every executor):
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -26,6 +27,7 @@ class Stage(StrEnum):
 
 
 FINISHED_STAGES = frozenset({Stage.DONE, Stage.CANCELLED})
+ACCEPTANCE_TRACE_ROUNDS = 8  # acceptance estimates kept per request (LAPS-SD's stability test reads the last few)
 
 
 @dataclass(eq=False)
@@ -49,6 +51,12 @@ class Request:
     first_token_s: float | None = None
     finish_s: float | None = None
     payload: dict = field(default_factory=dict, repr=False)  # executor-owned data (e.g. the prompt text)
+    # Speculative decoding as the executor observed it: steps that verified drafts, tokens drafted and accepted,
+    # and the running acceptance estimate (accepted / drafted) after each of the last such steps.
+    draft_rounds: int = 0
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    acceptance_trace: deque = field(default_factory=lambda: deque(maxlen=ACCEPTANCE_TRACE_ROUNDS), repr=False)
 
     @property
     def context_tokens(self) -> int:
@@ -76,3 +84,12 @@ class Request:
     @property
     def is_finished(self) -> bool:
         return self.stage in FINISHED_STAGES
+
+    def record_draft_round(self, drafted: int, accepted: int) -> None:
+        """One step verified ``drafted`` draft tokens and kept ``accepted`` of them (the executor reports it)."""
+        if drafted <= 0:
+            return
+        self.draft_rounds += 1
+        self.drafted_tokens += drafted
+        self.accepted_tokens += accepted
+        self.acceptance_trace.append(self.accepted_tokens / self.drafted_tokens)

@@ -21,6 +21,7 @@ from typing import Any
 from scheduler import simulator
 from scheduler.config import ESI_LEVELS, EVICTION_MODES, STAGE_MERGE_MODES, SchedulerConfig
 from scheduler.cost import PRESETS, CostModel
+from scheduler.drafting import DraftProfile
 from scheduler.policies import POLICIES
 from scheduler.replica_simulator import simulate_replicas
 from scheduler.routing import DEFAULT_ROUTING, ROUTING_RULES, RoutingRule
@@ -97,6 +98,10 @@ def triage_stage(args: argparse.Namespace) -> TriageStage | None:
                        linger_s=args.triage_linger_ms / 1000.0, workers=args.triage_workers)
 
 
+def drafting(args: argparse.Namespace) -> DraftProfile | None:
+    return DraftProfile.parse(args.draft_tokens, args.draft_acceptance, args.seed) if args.draft_tokens else None
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m scheduler.simulate",
                                  description=(simulator.__doc__ or "").split("\n\n")[0])
@@ -154,6 +159,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                     help="schedule an uncertain verdict at the more urgent of its two levels")
     ap.add_argument("--length-error", type=float, default=0.0, metavar="R")
     ap.add_argument("--length-error-distance", type=int, default=2, help="in 50-token buckets")
+    ap.add_argument("--draft-tokens", type=int, default=0, metavar="K",
+                    help="speculative decoding: K drafts per decoding request and step (scheduler.drafting)")
+    ap.add_argument("--draft-acceptance", default="1.0", metavar="LOW[,HIGH]",
+                    help="per-token acceptance probability of a request, drawn uniformly in [LOW, HIGH]")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--plot", help="write a per-ESI waiting-time bar chart (PNG)")
     ap.add_argument("--no-progress", action="store_true")
@@ -164,7 +173,7 @@ def format_table(results: Sequence[dict[str, Any]]) -> str:
     width = max([9] + [len(res["policy"]) + 1 for res in results])
     head = f"{'policy':<{width}}" + "".join(f"{'ESI' + k + ' wait':>12}" for k in "12345")
     head += f"{'all wait':>10}{'ESI1 p99':>10}{'ESI5 p99':>10}{'ESI1 TTFT50':>12}{'TTFT99':>8}{'preempt':>9}"
-    head += f"{'tok/s':>8}{'TDG':>7}"
+    head += f"{'tok/s':>8}{'TDG':>7}" + (f"{'accept':>8}" if "draft_acceptance" in results[0] else "")
     lines = [head, "-" * len(head)]
     for res in results:
         by = res["by_esi"]
@@ -172,6 +181,8 @@ def format_table(results: Sequence[dict[str, Any]]) -> str:
         row += f"{res['overall']['wait_mean']:>10.2f}{by['1'].get('wait_p99', 0):>10.2f}"
         row += f"{by['5'].get('wait_p99', 0):>10.2f}{by['1'].get('ttft_p50', 0):>12.3f}{by['1'].get('ttft_p99', 0):>8.3f}"
         row += f"{res['preemptions']:>9d}{res['throughput_tokens_per_s']:>8.0f}{res['tdg_ratio']:>7.3f}"
+        if "draft_acceptance" in res:
+            row += f"{res['draft_acceptance'] or 0:>8.3f}"
         lines.append(row)
     return "\n".join(lines)
 
@@ -218,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         results = [
             simulate(build_config(args, p, cost), cost, arrivals, predictions, progress=progress,
                      uncertainty_rule=args.uncertainty_rule, surge_control=args.surge_control,
-                     triage=triage_stage(args)).to_json()
+                     triage=triage_stage(args), drafting=drafting(args)).to_json()
             for p in policies
         ]
     if args.json:

@@ -16,15 +16,25 @@ Its command line: ``python -m scheduler.simulate --policy semantic,fcfs --profil
 
 from __future__ import annotations
 
+import random
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from scheduler.config import ESI_LEVELS, SchedulerConfig, scheduling_level
 from scheduler.cost import CostModel
 from scheduler.decision import Decision
-from scheduler.metrics import RequestOutcome, TdgAccumulator, by_esi, percentile, slo_targets, summarise
+from scheduler.drafting import DraftProfile
+from scheduler.metrics import (
+    RequestOutcome,
+    TdgAccumulator,
+    by_esi,
+    count_token,
+    percentile,
+    slo_targets,
+    summarise,
+)
 from scheduler.policies import BaseScheduler, make_scheduler
 from scheduler.request import Request, Stage
 from scheduler.slo import SimulatedSurgeLoop
@@ -96,11 +106,14 @@ Observer = Callable[[float, Decision, BaseScheduler], None]
 def drive(
     scheduler: BaseScheduler, requests: Sequence[Request], cost: CostModel, *, observer: Observer | None = None,
     on_token: Callable[[Request, int, float], None] | None = None, progress: Any = None,
+    drafting: DraftProfile | None = None,
 ) -> tuple[list[Request], float, int, int]:
     """The executor loop over ``requests`` (sorted by when they reach the scheduler: ``payload["ready_s"]`` where
     a predictor stage delays them, else their arrival; ``true_output_tokens`` set) until all are done or
-    cancelled. ``observer(clock, decision, scheduler)`` sees every decision before it runs. Returns
+    cancelled. ``observer(clock, decision, scheduler)`` sees every decision before it runs. ``drafting``:
+    speculative decoding (``scheduler.drafting``; the requests' acceptance already assigned). Returns
     (finished requests in completion order, final clock, iterations, tokens generated)."""
+    rng = random.Random(drafting.seed) if drafting is not None else None
     ready = [r.payload.get("ready_s", r.arrival_s) for r in requests]
     clock = ready[0] if requests else 0.0
     nxt = iterations = generated = 0
@@ -123,10 +136,13 @@ def drive(
                 raise RuntimeError("deadlock: work left but nothing fits in KV memory")
             clock = max(clock, ready[nxt])
             continue
-        clock += iteration_s(decision, cost)
+        drafts = drafting.drafts(decision.batch) if drafting is not None else {}
+        clock += iteration_s(decision, cost) + (drafting.verify_s(cost, drafts) if drafts else 0.0)
         iterations += 1
-        finished = complete(scheduler, decision, clock, on_token)
-        generated += len(decision.batch)
+        accepted = drafting.verify(decision.batch, drafts, rng) if drafts else None
+        before = sum(r.generated_tokens for r in decision.batch)
+        finished = complete(scheduler, decision, clock, on_token, accepted)
+        generated += sum(r.generated_tokens for r in decision.batch) - before
         done.extend(finished)
         if finished and progress is not None:
             progress.update(len(finished))
@@ -134,33 +150,41 @@ def drive(
 
 
 def complete(scheduler: BaseScheduler, decision: Decision, clock: float,
-             on_token: Callable[[Request, int, float], None] | None = None) -> list[Request]:
-    """End a decision's iteration at ``clock``: each member of the batch gets its next token, those at their
-    true length finish; returns the finished requests."""
+             on_token: Callable[[Request, int, float], None] | None = None,
+             accepted: Mapping[str, int] | None = None) -> list[Request]:
+    """End a decision's iteration at ``clock``: each member of the batch gets its next token (and its ``accepted``
+    draft tokens before it, up to its true length), those at their true length finish; returns the finished
+    requests."""
     finished = []
+    emitted = {}
     for r in decision.batch:
-        index = r.generated_tokens + 1
-        if on_token is not None:
-            on_token(r, index, clock)
-        if index >= r.true_output_tokens:
+        n = min(1 + (accepted or {}).get(r.id, 0), max(1, r.true_output_tokens - r.generated_tokens))
+        emitted[r.id] = n
+        for index in range(r.generated_tokens + 1, r.generated_tokens + n + 1):
+            if on_token is not None:
+                on_token(r, index, clock)
+        if r.generated_tokens + n >= r.true_output_tokens:
             finished.append(r.id)
-    scheduler.complete_iteration(clock, decision, finished)
+    scheduler.complete_iteration(clock, decision, finished, emitted if accepted else None)
     return [r for r in decision.batch if r.stage is Stage.DONE] if finished else []
 
 
 def simulate(
     config: SchedulerConfig, cost: CostModel, arrivals: Sequence[Arrival], predictions: Sequence[Prediction],
     *, progress: bool = False, uncertainty_rule: bool = True, surge_control: bool = False,
-    triage: TriageStage | None = None,
+    triage: TriageStage | None = None, drafting: DraftProfile | None = None,
 ) -> SimResult:
     """Run one policy over a workload to completion; deterministic. O(iterations x b + n log n).
     ``uncertainty_rule``: a prediction that names an alternative level is scheduled at the more urgent of the two
     (``scheduler.config.scheduling_level``), as the live triage stage does. ``surge_control``: the SLO monitor
     and surge controller (``scheduler.slo``) switch the configuration as the live worker's do; the mode changes
     are in ``extra["surge_modes"]``. ``triage``: calls reach the scheduler when the predictor stage has
-    classified them (``extra["triage_p50_by_esi"]``: accept to triaged); waits still count from arrival."""
+    classified them (``extra["triage_p50_by_esi"]``: accept to triaged); waits still count from arrival.
+    ``drafting``: speculative decoding (``scheduler.drafting``; ``extra["draft_acceptance"]``: accepted/drafted)."""
     scheduler = make_scheduler(config, cost)
     requests = build_requests(config, arrivals, predictions, uncertainty_rule)
+    if drafting is not None:
+        drafting.assign(requests)
     if triage is not None:
         done_s = triage.triaged_at([r.arrival_s for r in requests], [r.level for r in requests])
         for r, t in zip(requests, done_s, strict=True):
@@ -170,7 +194,7 @@ def simulate(
     surge = SimulatedSurgeLoop(config) if surge_control else None
 
     def on_token(r: Request, index: int, t_s: float) -> None:
-        count_token(tdg, r, index, t_s)
+        count_token(tdg, r.payload["tier"], index=index, t_s=t_s, arrival_s=r.arrival_s)
         if surge is not None:
             surge.on_token(r, index, t_s)
 
@@ -180,7 +204,8 @@ def simulate(
 
         bar = tqdm(total=len(requests), desc=config.policy, unit="req", file=sys.stderr, leave=False)
     done, clock, iterations, generated = drive(scheduler, requests, cost, on_token=on_token, progress=bar,
-                                               observer=surge.observe if surge is not None else None)
+                                               observer=surge.observe if surge is not None else None,
+                                               drafting=drafting)
     if bar is not None:
         bar.close()
     outcomes = outcomes_of(done)
@@ -191,7 +216,8 @@ def simulate(
         recomputed_tokens=scheduler.recomputed_tokens, peak_kv_blocks=scheduler.memory.peak_blocks,
         makespan_s=clock - start, generated_tokens=generated, tdg_ratio=tdg.ratio, iterations=iterations,
         extra={**({"surge_modes": surge.changes} if surge is not None else {}),
-               **({"triage_p50_by_esi": _triage_p50(requests)} if triage is not None else {})},
+               **({"triage_p50_by_esi": _triage_p50(requests)} if triage is not None else {}),
+               **({"draft_acceptance": _acceptance(requests)} if drafting is not None else {})},
     )
 
 
@@ -212,12 +238,6 @@ def build_requests(config: SchedulerConfig, arrivals: Sequence[Arrival], predict
     return requests
 
 
-def count_token(tdg: TdgAccumulator, r: Request, index: int, t_s: float) -> None:
-    tier = r.payload["tier"]
-    tdg.token(index=index, t_s=t_s, arrival_s=r.arrival_s, ttft_target_s=tier.ttft_target_mean_s,
-              tpot_target_s=tier.tpot_target_s, weight=tier.tdg_weight)
-
-
 def outcomes_of(done: Sequence[Request]) -> list[RequestOutcome]:
     """What each finished request got, against its true level's targets, in arrival order."""
     def outcome(r: Request) -> RequestOutcome:
@@ -229,6 +249,11 @@ def outcomes_of(done: Sequence[Request]) -> list[RequestOutcome]:
         )
 
     return sorted((outcome(r) for r in done), key=lambda o: (o.arrival_s, o.esi, o.finish_s))
+
+
+def _acceptance(requests: Sequence[Request]) -> float | None:
+    drafted = sum(r.drafted_tokens for r in requests)
+    return round(sum(r.accepted_tokens for r in requests) / drafted, 4) if drafted else None
 
 
 def _triage_p50(requests: Sequence[Request]) -> dict[str, float | None]:

@@ -1,7 +1,8 @@
 """The inference worker's metrics: computed on the engine loop's thread (the only one that may read the engine's
 structures), published to the board's Redis hash, and exported to Prometheus from that snapshot (a collector
-reads the latest snapshot, so a scrape never touches the engine) with per-ESI TTFT and E2E histograms. Every
-series carries the worker's consumer name, so several workers are told apart."""
+reads the latest snapshot, so a scrape never touches the engine) with per-ESI TTFT and E2E histograms and
+PROSERVE's token-level deadline gain (TDG) by ESI. Every series carries the worker's consumer name, so several
+workers are told apart."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from inference.executor import Executor
 from inference.guidance.follow import GuidanceFollower
-from scheduler.config import ESI_LEVELS
+from scheduler.config import ESI_LEVELS, TierPolicy
 from scheduler.decision import PreemptionMode
+from scheduler.metrics import TdgAccumulator, count_token
 from scheduler.slo import MEASURES, SloWindow, SurgeMode
 from triage.redis_clients import ENGINE_METRICS_KEY
 
@@ -43,6 +45,7 @@ class WorkerMetrics:
         self._http: WSGIServer | None = None
         self.slo = SloWindow()  # the SLO monitor's measurements (the surge loop reads them too)
         self.surge_mode = SurgeMode.NORMAL  # set by the surge loop
+        self.tdg = {level: TdgAccumulator() for level in ESI_LEVELS}  # token-level deadline gain, by ESI
         self.snapshot = self.compute()  # what a scrape reads; the engine loop refreshes it
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_SnapshotCollector(self, worker))
@@ -91,6 +94,10 @@ class WorkerMetrics:
             "generation_errors_total": self.stats["generation_errors"],
             "brief_guidance_total": self.stats["brief_guidance"],
             "draft_tokens": {outcome: self.stats[f"draft_tokens_{outcome}"] for outcome in ("accepted", "rejected")},
+            "tdg_gain": {(str(level), outcome): gain for level, tdg in self.tdg.items()
+                         for outcome, gain in (("on_time", tdg.on_time), ("late", tdg.total - tdg.on_time))},
+            **({"cost_correction": round(corrector.factor, 4)}
+               if (corrector := self.engine.cost_corrector) is not None else {}),
             "updated_at": round(now, 3),
         }
 
@@ -111,6 +118,12 @@ class WorkerMetrics:
         """A call's first token: ``waited_s`` since the API accepted it (TTFT, the queue wait included)."""
         self._ttft.labels(esi=str(level), worker=self._worker).observe(max(0.0, waited_s))
         self.slo.first_token(level, waited_s, time.time())
+
+    def observe_token(self, level: int, tier: TierPolicy, *, index: int, t_s: float, arrival_s: float) -> None:
+        """A call's token ``index`` (1-based) delivered at ``t_s`` (Unix seconds), the call accepted at
+        ``arrival_s``: its deadline gain, by ``tier``'s targets, on time or late (``scheduler.metrics.count_token``,
+        the simulator's rule)."""
+        count_token(self.tdg.setdefault(level, TdgAccumulator()), tier, index=index, t_s=t_s, arrival_s=arrival_s)
 
     def observe_done(self, level: int, total_s: float, tpot_s: float | None = None) -> None:
         """A call's guidance is complete: ``total_s`` since the API accepted it (E2E); ``tpot_s`` the mean
@@ -164,6 +177,15 @@ class _SnapshotCollector:
         for outcome, n in m["draft_tokens"].items():
             drafts.add_metric([w, outcome], n)
         yield drafts
+        tdg = CounterMetricFamily(
+            "triage_inference_tdg_gain", "Token-level deadline gain (PROSERVE) of the tokens generated, by ESI and "
+            "outcome (on_time, late); on_time / (on_time + late) is the TDG ratio", labels=["worker", "esi", "outcome"])
+        for (level, outcome), gain in m["tdg_gain"].items():
+            tdg.add_metric([w, level, outcome], gain)
+        yield tdg
+        if "cost_correction" in m:
+            yield gauge("triage_inference_cost_correction", "The engine's online correction of its cost model: "
+                        "momentum average of measured / predicted iteration time", m["cost_correction"])
         kv = GaugeMetricFamily("triage_inference_kv_tokens", "KV-cache tokens held", labels=["worker", "where"])
         kv.add_metric([w, "device"], m["kv_tokens_device"])
         kv.add_metric([w, "host"], m["kv_tokens_host"])

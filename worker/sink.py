@@ -21,6 +21,8 @@ from django.db import DatabaseError, close_old_connections, connection
 
 from inference.engine import StepResult
 from inference.guidance.follow import GuidanceFollower
+from scheduler.config import SchedulerConfig
+from scheduler.request import Request
 from triage import realtime
 from triage.models import CallStatus
 from triage.services import generation
@@ -66,7 +68,8 @@ class ResultSink:
                  stats: Counter[str], readmit: Callable[[int], None], metrics: WorkerMetrics) -> None:
         self.redis, self.opts, self.intake, self.guidance, self.stats = client, options, intake, guidance, stats
         self.metrics = metrics
-        self._started: dict[int, tuple[int, float, float]] = {}  # call id -> (level, arrival, first token at)
+        # call id -> (level, arrival, first token at, its request: level and tier as they are now)
+        self._started: dict[int, tuple[int, float, float, Request]] = {}
         self._readmit = readmit
         self.failures: Counter[int] = Counter()  # call id -> generations the model failed on, in this worker
         self.pending = Pending()
@@ -77,6 +80,7 @@ class ResultSink:
         """Buffer one engine iteration: preemptions, first tokens and decoding, tokens, finished calls."""
         pending = self.pending
         at = datetime.now(UTC)
+        config = self.intake.engine.current_config() if result.tokens else None
         for rid in result.prefilling_ids:
             pending.of(call_id_of(rid)).move(CallStatus.PREFILLING, at=at)
         for rid, mode, kept in result.preempted:
@@ -94,6 +98,7 @@ class ResultSink:
                 pending.of(call_id).move(CallStatus.PREFILLING, at=at)
             if t.index == 0:
                 self._first_token(call_id, t.request_id)
+            self._deadline_gain(call_id, t.index, at.timestamp(), config)
             pending.of(call_id).move(CallStatus.DECODING, at=at)
             pending.tokens.append((call_id, t.index, t.text))
             if (replacement := self.guidance.on_token(t.request_id, t.text)) is not None:
@@ -113,8 +118,17 @@ class ResultSink:
         if seq is None:
             return
         level, arrival, now = seq.request.level, seq.request.arrival_s, time.time()
-        self._started[call_id] = (level, arrival, now)
+        self._started[call_id] = (level, arrival, now, seq.request)
         self.metrics.observe_first_token(level, now - arrival)
+
+    def _deadline_gain(self, call_id: int, index: int, t_s: float, config: SchedulerConfig) -> None:
+        """PROSERVE's TDG of the call's token ``index`` (0-based) delivered at ``t_s``, by the level and tier the
+        call has now; counted from the first token this worker saw (``_started``)."""
+        started = self._started.get(call_id)
+        if started is not None:
+            r = started[3]
+            self.metrics.observe_token(r.level, config.tier_for(r.tier, r.level), index=index + 1, t_s=t_s,
+                                       arrival_s=r.arrival_s)
 
     def _speculation(self, drafted: int, accepted: int) -> None:
         self.stats["draft_tokens_accepted"] += accepted
@@ -125,7 +139,7 @@ class ResultSink:
         pending = self.pending
         started = self._started.pop(call_id, None)
         if started is not None and reason != "cancelled":
-            level, arrival, first_token_at = started
+            level, arrival, first_token_at, _ = started
             now = time.time()
             tpot = (now - first_token_at) / (output_tokens - 1) if output_tokens > 1 else None
             self.metrics.observe_done(level, now - arrival, tpot)

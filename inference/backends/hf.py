@@ -74,8 +74,9 @@ class HFBackend:
         clock: Callable[[], float] | None = None,
         refiner: LengthRefiner | None = None,
         speculative_tokens: int = 0,
+        cost_correction: bool = True,
     ) -> Engine:
         runner = self.make_runner(probe_layer=refiner.layer if refiner is not None else None)
         kwargs = {"clock": clock} if clock is not None else {}
         return Engine(runner, self, scheduler, max_new_tokens=max_new_tokens, refiner=refiner,
-                      speculative_tokens=speculative_tokens, **kwargs)
+                      speculative_tokens=speculative_tokens, cost_correction=cost_correction, **kwargs)

@@ -100,6 +100,7 @@ class VllmPool:
     routing: str = DEFAULT_ROUTING  # VLLM_ROUTING (scheduler.routing.ROUTING_RULES)
     sequences: dict[str, PoolSequence] = field(default_factory=dict)
     constrains_read_out: ClassVar[bool] = False  # the stream guard holds the servers' text
+    cost_corrector: ClassVar[None] = None  # the servers schedule by tokens (semantic_token_key): no cost model
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:

@@ -8,10 +8,11 @@ so the allocator never needs to know which policy, or which queue, it serves.
 
 from __future__ import annotations
 
+import math
 from typing import Protocol
 
 from scheduler.config import SchedulerConfig, TierPolicy
-from scheduler.cost import CostModel, keep_or_recompute, optimal_decoded_tokens_to_keep
+from scheduler.cost import CostModel, decoded_tokens_to_recompute, keep_or_recompute
 from scheduler.decision import Decision, Preemption, PreemptionMode
 from scheduler.memory import EvictionHeap, KVMemory
 from scheduler.request import Request, Stage
@@ -19,6 +20,8 @@ from scheduler.request import Request, Stage
 
 class AllocationHost(Protocol):
     """What the allocator needs from the scheduler that holds it."""
+
+    cost: CostModel  # read at each eviction: an executor's online correction may replace it between decisions
 
     def tier(self, r: Request) -> TierPolicy: ...
 
@@ -40,14 +43,18 @@ def reserved_blocks(config: SchedulerConfig) -> dict[str, int]:
 
 
 class KVAllocator:
-    def __init__(self, host: AllocationHost, config: SchedulerConfig, cost: CostModel):
+    def __init__(self, host: AllocationHost, config: SchedulerConfig):
         self.host = host
         self.config = config
-        self.cost = cost
         self.memory = KVMemory(config.kv_capacity_blocks, config.block_size, reserved_blocks(config))
         self.eviction_heap = EvictionHeap()
         self.swapped_tokens = 0
         self.recomputed_tokens = 0
+
+    @property
+    def cost(self) -> CostModel:
+        """The host's cost model, so that one swap of it (``BaseScheduler.update_config``) reaches both."""
+        return self.host.cost
 
     def reconfigure(self, config: SchedulerConfig) -> None:
         """A new capacity, block size, reservations or eviction mode; holdings are kept. O(resident)."""
@@ -143,8 +150,10 @@ class KVAllocator:
         self.host.rekey_if_waiting(victim, now_s)  # its remaining time now includes the reload or the recompute
 
     def tokens_to_keep(self, r: Request, tokens: int) -> int:
-        """Hua et al. Algorithm 5: keep the prefilled tokens when beta < alpha1*n + alpha2, then the first m*
-        decoded ones. O(1)."""
+        """Hua et al. Algorithm 5: keep the prefilled tokens when beta < alpha1*n + alpha2, then all the decoded
+        ones but m* (``decoded_tokens_to_recompute``). The paper's m* recomputes the first decoded tokens; the KV
+        store keeps a prefix, so here the last m* are the ones recomputed (same count; where m* = 0, every preset,
+        no difference). O(1)."""
         mode = self.config.eviction
         if mode == "swap":
             return tokens
@@ -154,4 +163,4 @@ class KVAllocator:
         if not keep_or_recompute(prefilled, self.cost):
             return 0
         decoded = tokens - prefilled
-        return prefilled + min(decoded, int(optimal_decoded_tokens_to_keep(prefilled, self.cost)))
+        return prefilled + max(0, decoded - math.ceil(decoded_tokens_to_recompute(prefilled, self.cost)))

@@ -49,8 +49,7 @@ class BaseScheduler:
     urgency_aware = False
 
     def __init__(self, config: SchedulerConfig, cost: CostModel):
-        self.config = config
-        self.cost = cost
+        self.config, self.cost = config, cost
         self.arrival_buffer: deque[Request] = deque()
         self._control: deque[tuple[str, Any]] = deque()
         self.schedule_queue = FairShareQueue(config.client_weights, config.fair_share)  # one heap per call system
@@ -59,7 +58,7 @@ class BaseScheduler:
         self._running_keys: dict[str, tuple] = {}  # keys computed when last selected (stale but >= true)
         self._cancelled_out: list[Request] = []
         self._tier_cache: dict[tuple[str | None, int], TierPolicy] = {}
-        self.kv = KVAllocator(self, config, cost)
+        self.kv = KVAllocator(self, config)  # reads this scheduler's cost model
         self.stage_merger = StageMerge()  # Algorithm 3, with the lower-prefill credit
         self.preemptions = 0
 
@@ -95,9 +94,9 @@ class BaseScheduler:
             raise ValueError("level must be an ESI level 1..5")
         self._control.append(("reprioritise", (request_id, level, tier or None)))
 
-    def update_config(self, config: SchedulerConfig) -> None:
-        """Apply an administrator's change at the next decision (tiers, aging, batch size, capacity...)."""
-        self._control.append(("config", config))
+    def update_config(self, config: SchedulerConfig | None = None, *, cost: CostModel | None = None) -> None:
+        """At the next decision: an administrator's change (None: keep) and/or a new cost model; re-keys the queue."""
+        self._control.append(("config", (config, cost)))
 
     def has_work(self) -> bool:
         return bool(self.arrival_buffer or self.requests or self._control or self._cancelled_out)
@@ -289,15 +288,16 @@ class BaseScheduler:
                 if r is not None and r.id in self.schedule_queue:
                     self._push(r, now_s)
             elif kind == "config":
-                self._reconfigure(arg, now_s)
+                self._reconfigure(*arg, now_s)
 
-    def _reconfigure(self, config: SchedulerConfig, now_s: float) -> None:
-        self.config = config
+    def _reconfigure(self, config: SchedulerConfig | None, cost: CostModel | None, now_s: float) -> None:
+        config = self.config = config or self.config
+        self.cost = cost or self.cost
         self._tier_cache.clear()
         self.kv.reconfigure(config)
         self.schedule_queue.weights, self.schedule_queue.enabled = dict(config.client_weights), config.fair_share
         self._running_keys.clear()
-        for r in self.schedule_queue.drain():  # O(n log n), once per administrator change
+        for r in self.schedule_queue.drain():  # O(n log n), once per change of settings or cost model
             self._push(r, now_s)
 
     # --- selection (Hua et al. Algorithms 2-3) ---------------------------------------------------------

@@ -13,16 +13,19 @@ from scheduler.policies import make_scheduler
 from tests.engine.reference import corpus_prompts, solo_greedy
 
 MAX_NEW = 40
-# Partial keep happens when keeping the prompt pays (beta < alpha1*n + alpha2) and m* of the decoded tokens
-# is positive but smaller than what was decoded: gamma1*n + gamma2 < beta.
-PARTIAL_COST = CostModel(alpha1=1e-6, alpha2=1e-2, gamma1=2e-5, gamma2=1e-4, beta_s_per_token=1e-3)
+# Partial keep happens when keeping the prompt pays (beta < alpha1*n + alpha2) and m* > 0 of the decoded tokens
+# are worth recomputing: beta > gamma1*(n + 1) + gamma2, here for prompts under ~300 tokens (the corpus's: 167-278).
+PARTIAL_COST = CostModel(alpha1=1e-6, alpha2=1e-2, gamma1=1e-6, gamma2=1e-4, beta_s_per_token=4e-4)
 CHEAP_COST = CostModel(alpha1=1e-7, alpha2=1e-4, gamma1=1e-7, gamma2=1e-3, beta_s_per_token=1e-5)
 
 
 def _engine(backend, cost=CHEAP_COST, **config):
     ticks = itertools.count()
     scheduler = make_scheduler(SchedulerConfig(policy="semantic", **config), cost)
-    return backend.make_engine(scheduler, max_new_tokens=MAX_NEW, clock=lambda: next(ticks) * 0.01)
+    # The cost models here are chosen for the eviction mode they imply: the engine's online correction (which
+    # would rescale their compute coefficients against beta) is off.
+    return backend.make_engine(scheduler, max_new_tokens=MAX_NEW, clock=lambda: next(ticks) * 0.01,
+                               cost_correction=False)
 
 
 @pytest.fixture(scope="module")

@@ -54,13 +54,16 @@ def _engine(backend, speculative_tokens: int, max_new_tokens: int = MAX_NEW):
 def test_speculative_decoding_emits_the_greedy_tokens_alone_and_batched(tiny_backend, prompts, solo,
                                                                        speculative_tokens):
     engine = _engine(tiny_backend, speculative_tokens)
-    for i, prompt in enumerate(prompts):
-        engine.add_request(f"r{i}", tiny_backend.encode(prompt), level=3, predicted_output_tokens=MAX_NEW)
+    requests = [engine.add_request(f"r{i}", tiny_backend.encode(prompt), level=3, predicted_output_tokens=MAX_NEW)
+                for i, prompt in enumerate(prompts)]
     done = engine.run_until_idle()
     assert [list(done[f"r{i}"].token_ids) for i in range(len(prompts))] == [list(s) for s in solo]
     assert engine.drafted_tokens > 0 and engine.accepted_tokens > 0
     assert engine.iterations < sum(len(s) for s in solo)  # fewer passes than tokens: drafts were accepted
     assert all(done[f"r{i}"].acceptance_rate is not None for i in range(len(prompts)))
+    for r in requests:  # the scheduler sees each round's acceptance (LAPS-SD's stability test reads it)
+        assert (r.drafted_tokens, r.accepted_tokens) == (done[r.id].drafted_tokens, done[r.id].accepted_tokens)
+        assert r.draft_rounds > 0 and r.acceptance_trace[-1] == pytest.approx(done[r.id].acceptance_rate)
 
 
 def test_speculative_decoding_under_a_read_out_gives_the_constrained_greedy_text_in_fewer_steps(tiny_backend):

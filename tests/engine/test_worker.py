@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
+from datetime import timedelta
 
 import pytest
 from django.db import connection
@@ -14,6 +15,7 @@ from django.utils import timezone
 from inference.guidance.plan import guidance_prompt
 from scheduler.config import SchedulerConfig
 from scheduler.cost import PRESETS
+from scheduler.metrics import FIRST_TOKEN_WEIGHT
 from scheduler.policies import make_scheduler
 from triage import realtime
 from triage.contracts import Cancel, ConfigChanged, Regenerate
@@ -220,6 +222,10 @@ def test_prometheus_metrics_per_worker_with_ttft_and_e2e_histograms_by_esi(make_
     assert ("triage_inference_kv_use_ratio", (w,)) in samples
     assert ("triage_inference_off_protocol_sentences_total", (w,)) in samples
     assert ("triage_inference_draft_tokens_total", (("outcome", "accepted"), w)) in samples
+    assert 0 < samples[("triage_inference_cost_correction", (w,))] != 1.0  # the engine's cost model, corrected
+    for level in {c.level for c in calls}:  # every token generated adds to its ESI's TDG gain, on time or late
+        assert sum(samples[("triage_inference_tdg_gain_total", (("esi", str(level)), ("outcome", outcome), w))]
+                   for outcome in ("on_time", "late")) > 0
     # The dashboard and alert rules in docs/observability/ query only series the worker exports.
     import re
     from pathlib import Path
@@ -508,6 +514,28 @@ def test_in_protect_mode_less_urgent_calls_get_key_questions_only_and_esi_1_2_fu
     key_questions = load_library().families[full.plan.family].key_questions
     assert any(q in minor.guidance for q in key_questions)
     assert not any(s in minor.guidance for s in full.plan.sentences[1:])  # the band's own lines are not read out
+
+
+def test_the_token_level_deadline_gain_counts_every_token_against_its_tiers_deadline_by_esi(make_worker, stream_names):
+    """PROSERVE's TDG, live: each generated token adds its tier's weight (times FIRST_TOKEN_WEIGHT for the first)
+    to its ESI's gain, on time when delivered by acceptance + TTFT target + (i - 1) * TPOT target, else late; a
+    call accepted an hour ago is late at every token."""
+    calls = _calls(2)  # ESI 1 and 2
+    old = calls[1]
+    Call.objects.filter(pk=old.pk).update(created_at=timezone.now() - timedelta(hours=1))
+    worker = make_worker(consumer="tdg")
+    worker.start()
+    _enqueue(stream_names["stream"], calls)
+    _run_until(worker, lambda: _all_final(calls))
+    gain = worker.metrics.compute()["tdg_gain"]
+    config = worker.engine.current_config()
+    for c in calls:
+        c.refresh_from_db()
+        assert c.status == CallStatus.DONE and c.output_tokens > 1
+        ideal = config.tier_for(None, c.level).tdg_weight * (FIRST_TOKEN_WEIGHT + c.output_tokens - 1)
+        assert gain[(str(c.level), "on_time")] + gain[(str(c.level), "late")] == pytest.approx(ideal)
+    assert gain[(str(old.level), "on_time")] == 0.0 and gain[(str(old.level), "late")] > 0
+    assert gain[("5", "on_time")] == gain[("5", "late")] == 0.0  # no call of that level
 
 
 def test_speculative_guidance_is_the_same_text_and_its_acceptance_is_audited_and_counted(make_worker, stream_names):

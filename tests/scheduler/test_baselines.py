@@ -1,11 +1,8 @@
 """The baselines each do what their paper promises: LAPS-SD, PROSERVE SlideBatching, TRAIL."""
 
-import pytest
-
-from scheduler.policies.laps import PERCEPTIBLE_AFTER_TOKENS
-from scheduler.policies.slide import URGENT_BUDGET_ITERATIONS
+from scheduler.policies.laps import STABILITY_ROUNDS, acceptance_stable
 from scheduler.request import Stage
-from tests.scheduler.helpers import COST, req, sched, step
+from tests.scheduler.helpers import req, sched, step
 
 # --- LAPS-SD: least attained service, perceptible / non-perceptible ------------------------------------
 
@@ -31,83 +28,87 @@ def test_laps_non_perceptible_requests_are_served_in_arrival_order_whatever_thei
     assert step(s, 0.1).batch == [first_long]  # no length trusted before PERCEPTIBLE_AFTER_TOKENS
 
 
-def test_laps_perceptible_requests_go_shortest_predicted_remaining_first_within_their_queue():
-    s = sched("laps", batch_size=2)
-    a = req("a", 3, out=60, predicted=200, arrival=0.0)
-    b = req("b", 3, out=60, predicted=40, arrival=0.1)
-    s.submit(a)
-    s.submit(b)
-    for _ in range(PERCEPTIBLE_AFTER_TOKENS):
-        step(s, 0.1)
-    assert a.generated_tokens == b.generated_tokens == PERCEPTIBLE_AFTER_TOKENS
-    # both perceptible now, same attained-service queue: the shorter predicted remainder ranks first
-    assert s.priority_key(b, 1.0) < s.priority_key(a, 1.0)
-    assert s.priority_key(a, 1.0)[1] == 1  # the perceptible state
-    s.update_config(s.config.with_changes(batch_size=1))
-    assert step(s, 1.0).batch == [b]
+def test_laps_acceptance_is_stable_after_gamma_rounds_whose_estimates_stay_within_delta():
+    r = req("r", 3, out=200)
+    for _ in range(STABILITY_ROUNDS - 1):
+        r.record_draft_round(4, 4)
+    assert not acceptance_stable(r)  # fewer than gamma rounds: nothing to judge yet
+    r.record_draft_round(4, 4)
+    assert acceptance_stable(r)  # 1.0 four times
+    r.record_draft_round(4, 0)  # the estimate falls to 16/20 = 0.8: moved by more than delta
+    assert not acceptance_stable(r)
+    moving = req("m", 3, out=200)
+    for accepted in (4, 0, 4, 0, 4, 0):  # 1.0, 0.5, 0.67, 0.5, 0.6, 0.5: never within delta over 4 rounds
+        moving.record_draft_round(4, accepted)
+    assert not acceptance_stable(moving)
+    assert acceptance_stable(moving, rounds=2, delta=0.11)  # the paper's gamma and delta are parameters
+
+
+def test_laps_perceptible_requests_run_first_shortest_estimated_time_first():
+    s = sched("laps", batch_size=1)
+    fresh = req("fresh", 3, out=200, predicted=200, arrival=1.0)  # nothing attained: first queue, non-perceptible
+    slow = req("slow", 3, out=200, predicted=100, arrival=0.0)  # 100 tokens left at 1 token a round
+    fast = req("fast", 3, out=200, predicted=300, arrival=0.0)  # 300 tokens left at 5 tokens a round
+    for r, accepted in ((slow, 0), (fast, 4)):
+        r.generated_tokens = r.kv_tokens_on_device = 100  # past the LAS queues' first boundary
+        r.predicted_output_tokens = r.generated_tokens + r.predicted_output_tokens
+        r.kv_tokens_on_device += r.prompt_tokens - 1
+        for _ in range(STABILITY_ROUNDS):
+            r.record_draft_round(4, accepted)
+    assert s.estimated_remaining_s(fast) < s.estimated_remaining_s(slow)  # 60 rounds vs 100
+    keys = {r.id: s.priority_key(r, 1.0) for r in (fresh, slow, fast)}
+    assert keys["fast"] < keys["slow"] < keys["fresh"]  # perceptible first, although fresh attained least
+    for r in (fresh, slow, fast):
+        s.submit(r)
+    assert step(s, 1.0).batch == [fast]
 
 
 # --- PROSERVE SlideBatching: sliding urgent boundary, deadline-first vs density-first ------------------
 
 
-def test_slide_boundary_is_the_latency_budget_of_the_batch_from_the_cost_model():
-    small, big = sched("slide", batch_size=2), sched("slide", batch_size=64)
-    assert small.boundary_s() == pytest.approx(URGENT_BUDGET_ITERATIONS * COST.decode_step_s(2 * 512))
-    assert big.boundary_s() > small.boundary_s()  # a bigger batch: slower iterations, earlier urgency
-
-
-def test_slide_normal_requests_go_density_first_tier_weight_per_remaining_second():
+def test_slide_at_light_load_every_request_is_normal_and_served_deadline_first_whatever_its_level():
     s = sched("slide", batch_size=1)
-    # ESI 5 (weight 1), short; ESI 4 (weight 2), 4x longer: density favours the short ESI 5 request
-    short5 = req("short5", 5, out=20)
-    long4 = req("long4", 4, out=80)
-    s.submit(long4)
-    s.submit(short5)
-    assert s.priority_key(short5, 0.0)[0] == s.priority_key(long4, 0.0)[0] == 1  # both normal
-    assert step(s).batch == [short5]
+    # an ESI 5 call accepted 59 s ago (first token due at 1 s) and a fresh ESI 3 one (due at 5 s): both fit
+    old5 = req("old5", 5, out=5, arrival=-59.0)
+    new3 = req("new3", 3, out=5, arrival=0.0)
+    s.submit(new3)
+    s.submit(old5)
+    assert step(s).batch == [old5]
+    assert s.urgent == set()
 
 
-def test_slide_a_request_past_the_sliding_boundary_is_urgent_and_served_deadline_first():
+def test_slide_a_request_the_normal_queue_cannot_carry_to_its_deadline_is_urgent():
     s = sched("slide", batch_size=1)
-    boundary = s.boundary_s()
-    # first tokens due at arrival + TTFT target (ESI 1: 0.5 s, ESI 2: 1 s); at t = 0 both are inside the
-    # boundary, the ESI 2 one due first; an ESI 5 request (due in 60 s) is normal however dense it is
-    esi1 = req("esi1", 1, out=300, arrival=0.5 * boundary - 0.5)
-    esi2 = req("esi2", 2, out=300, arrival=0.2 * boundary - 1.0)
-    dense = req("dense5", 5, out=2, arrival=0.0)
-    for r in (dense, esi1, esi2):
-        s.submit(r)
-    keys = {r.id: s.priority_key(r, 0.0) for r in (esi1, esi2, dense)}
-    assert keys["esi1"][0] == keys["esi2"][0] == 0 and keys["dense5"][0] == 1
-    assert keys["esi2"] < keys["esi1"] < keys["dense5"]  # deadline-first, not level-first, then normal
-    assert step(s).batch == [esi2]
+    # three calls due at 4.6-4.8 s, 100 tokens each (2 s at 0.02 s a step): each fits behind the others, but
+    # behind them new3 (due at 5 s) would start at about 6 s
+    ahead = [req(f"a{i}", 5, out=100, arrival=-55.4 + i * 0.1) for i in range(3)]
+    new3 = req("new3", 3, out=5, arrival=0.0)
+    assert s.judge_load([new3], 0.0) == set()  # alone it fits: the boundary slides with the load
+    assert s.judge_load([*ahead, new3], 0.0) == {"new3"}
 
 
-def test_slide_a_waiting_request_slides_into_the_urgent_class_when_its_slack_reaches_the_boundary():
+def test_slide_urgent_requests_go_first_by_descending_gain_density_not_by_deadline():
     s = sched("slide", batch_size=1)
-    boundary = s.boundary_s()
-    running4 = req("r4", 4, out=1000)  # ESI 4 (weight 2): denser than the ESI 5 one, runs first
-    waiting5 = req("w5", 5, out=1000)  # first token due at 60 s
-    s.submit(running4)
-    s.submit(waiting5)
-    for _ in range(400):  # r4's next token is due at 30 s + 400 x 0.1 s = 70 s: not urgent before ~69.6 s
-        assert step(s, 0.0).batch == [running4]
-    t_urgent = s.next_rekey_s(waiting5, 0.0)
-    assert t_urgent == pytest.approx(60.0 - boundary)
-    assert step(s, t_urgent - 1.0).batch == [running4]  # still normal, still less dense
-    d = step(s, t_urgent + 1e-6)  # the rekey event fires: w5 slid past the boundary, deadline-first wins
-    assert d.batch == [waiting5] and d.paused == [running4]
+    running = req("run5", 5, out=1000, arrival=-59.9)  # due first; holds the only slot for 20 s
+    s.submit(running)
+    step(s)
+    long2 = req("long2", 2, out=300, arrival=0.0)  # due at 1 s, weight 8 over ~6 s: density ~1.3/s
+    short3 = req("short3", 3, out=20, arrival=0.0)  # due at 5 s, weight 4 over ~0.4 s: density ~10/s
+    s.submit(long2)
+    s.submit(short3)
+    d = step(s, 0.0)
+    assert s.urgent == {"long2", "short3"}
+    assert s.priority_key(short3, 0.0) < s.priority_key(long2, 0.0) < s.priority_key(running, 0.0)
+    assert d.batch == [short3] and d.paused == [running]  # preemptive: urgent displaces a running normal one
 
 
-def test_slide_an_urgent_request_displaces_a_running_normal_one():
+def test_slide_aggressiveness_scales_the_judged_latency():
     s = sched("slide", batch_size=1)
-    normal = req("n", 5, out=400, arrival=0.0)
-    s.submit(normal)
-    step(s, 0.0)
-    urgent = req("u", 1, out=400, arrival=0.1)  # due at 0.6 s: inside the boundary on arrival
-    s.submit(urgent)
-    d = step(s, 0.1)
-    assert d.batch == [urgent] and d.paused == [normal]
+    ahead = req("a", 5, out=100, arrival=-59.9)  # 2 s of work due before x
+    x = req("x", 3, out=5, arrival=-2.0)  # due at 3 s: starts at ~2 s, fits at gamma 1
+    assert s.judge_load([ahead, x], 0.0) == set()
+    s.aggressiveness = 2.0  # judged at ~4 s: past its deadline
+    assert s.judge_load([ahead, x], 0.0) == {"x"}
 
 
 # --- TRAIL: shortest predicted remaining processing time with limited preemption -----------------------

@@ -5,9 +5,9 @@ from scheduler.cost import (
     QWEN15_4B,
     QWEN15_7B,
     CostModel,
+    decoded_tokens_to_recompute,
     fit_cost_model,
     keep_or_recompute,
-    optimal_decoded_tokens_to_keep,
 )
 
 C = CostModel(alpha1=1e-6, alpha2=1e-4, gamma1=1e-5, gamma2=1e-3, beta_s_per_token=3e-4)
@@ -20,12 +20,20 @@ def test_keep_prefilled_cache_only_when_reloading_is_cheaper_than_recomputing():
     assert not keep_or_recompute(0, C)
 
 
-def test_optimal_decoded_tokens_to_keep_matches_the_hand_computed_m_star():
-    # m* = (beta - g1*n - (g1 + 2*g2)/2) / (2*g1) = (3e-4 - 1e-5*n - 1.005e-3) / 2e-5  -> negative: 0
-    assert optimal_decoded_tokens_to_keep(10, C) == 0.0
+def test_m_star_is_the_decoded_tokens_to_recompute_where_the_derivative_of_eq_5_vanishes():
+    # m* = (beta - g1*n - (g1 + 2*g2)/2) / g1 = (3e-4 - 1e-5*n - 1.005e-3) / 1e-5  -> negative: 0
+    assert decoded_tokens_to_recompute(10, C) == 0.0
     big_beta = CostModel(alpha1=0, alpha2=0, gamma1=1e-5, gamma2=1e-3, beta_s_per_token=5e-3)
-    # (5e-3 - 1e-5*100 - 1.005e-3) / 2e-5 = 2.995e-3 / 2e-5 = 149.75
-    assert optimal_decoded_tokens_to_keep(100, big_beta) == pytest.approx(149.75)
+    # (5e-3 - 1e-5*100 - 1.005e-3) / 1e-5 = 2.995e-3 / 1e-5 = 299.5
+    m = decoded_tokens_to_recompute(100, big_beta)
+    assert m == pytest.approx(299.5)
+
+    def f(recomputed: int, n: int = 100, decoded: int = 1000) -> float:  # Eq. 5: recompute m, keep the rest
+        steps = sum(big_beta.gamma1 * (n + j) + big_beta.gamma2 for j in range(1, recomputed + 1))
+        return steps + big_beta.beta_s_per_token * (decoded - recomputed)
+
+    best = min(range(1001), key=f)
+    assert best in (299, 300)  # the integer minimum brackets m*
 
 
 def test_presets_kv_capacity_follows_memory_minus_weights_over_bytes_per_token():
@@ -93,5 +101,5 @@ def test_preset_cache_or_recompute_rule_matches_hand_computed_thresholds():
     a5000 = PRESETS["a5000-7b"]
     assert not keep_or_recompute(44_362, a5000)
     assert keep_or_recompute(44_363, a5000)
-    # m* with gamma2 of ~12 ms and beta 1e-4: the numerator is negative, nothing decoded is kept.
-    assert optimal_decoded_tokens_to_keep(100, PRESETS["a100-4b"]) == 0.0
+    # m* with gamma2 of ~12 ms and beta 1e-4: the numerator is negative, nothing decoded is recomputed.
+    assert all(decoded_tokens_to_recompute(100, cost) == 0.0 for cost in PRESETS.values())

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.config import SchedulerConfig
+from scheduler.drafting import DraftProfile
 from scheduler.policies import POLICIES, make_scheduler
 from scheduler.policies.stage_merge import decode_ready
 from scheduler.request import Request, Stage
@@ -65,12 +66,15 @@ def test_no_request_completes_after_a_less_urgent_one_that_arrived_before_its_la
 
 @SETTINGS
 @given(workloads, st.sampled_from(sorted(POLICIES)), st.integers(1, 6), st.integers(26, 60),
-       st.sampled_from(["cost", "recompute", "swap"]), st.sets(st.integers(0, 29), max_size=5))
+       st.sampled_from(["cost", "recompute", "swap"]), st.sets(st.integers(0, 29), max_size=5),
+       st.sampled_from([None, DraftProfile(3, 0.5, 1.0, seed=1)]))
 def test_every_request_ends_done_or_cancelled_exactly_once_and_kv_stays_within_capacity(
-        rows, policy, batch, capacity, eviction, cancels):
+        rows, policy, batch, capacity, eviction, cancels, drafting):
     s = make_scheduler(SchedulerConfig(policy=policy, batch_size=batch, kv_capacity_blocks=capacity, block_size=4,
                                        eviction=eviction), COST)
     requests = build(rows, exact=False)
+    if drafting is not None:  # speculative decoding: several tokens a step
+        drafting.assign(requests)
     cancel_ids = {str(i) for i in cancels if i < len(requests)}
     seen_steps = [0]
 
@@ -92,7 +96,7 @@ def test_every_request_ends_done_or_cancelled_exactly_once_and_kv_stays_within_c
             assert sch.requests[rid].stage in (Stage.WAITING, Stage.PREEMPTED_SWAPPED, Stage.PREEMPTED_DROPPED)
         assert sch.eviction_heap.ids() <= {rid for rid in live if sch.requests[rid].kv_tokens_on_device}
 
-    done, *_ = drive(s, requests, COST, observer=observe)
+    done, *_ = drive(s, requests, COST, observer=observe, drafting=drafting)
     assert sorted(r.id for r in done) == sorted(r.id for r in requests)  # each exactly once
     for r in requests:
         assert r.stage in (Stage.DONE, Stage.CANCELLED)
@@ -113,3 +117,24 @@ def test_the_same_seed_prints_byte_identical_json():
     for key in ("count", "wait_mean", "wait_p50", "wait_p90", "wait_p99", "normalized_wait_mean", "ttft_p50",
                 "ttft_p99", "e2e_p99"):
         assert key in out[0]["overall"]
+
+
+def test_drafting_emits_the_same_tokens_in_fewer_iterations_and_reports_acceptance_per_request():
+    def run(drafting):
+        s = make_scheduler(SchedulerConfig(policy="fcfs", batch_size=4, kv_capacity_blocks=1000, block_size=4), COST)
+        requests = build([(0, 3, 10, 40), (1, 2, 12, 25), (2, 5, 8, 33)])
+        if drafting is not None:
+            drafting.assign(requests)
+        tokens = {}
+        done, clock, iterations, generated = drive(
+            s, requests, COST, drafting=drafting, on_token=lambda r, i, t: tokens.setdefault(r.id, []).append(i))
+        return requests, iterations, generated, tokens
+
+    plain, plain_iterations, plain_generated, plain_tokens = run(None)
+    always, iterations, generated, tokens = run(DraftProfile(4, 1.0, 1.0))
+    assert generated == plain_generated == 40 + 25 + 33
+    assert tokens == plain_tokens  # every index 1..n once, in order
+    assert iterations < plain_iterations / 2  # 5 tokens a decode step (the prefills emit one)
+    assert all(r.accepted_tokens == r.drafted_tokens > 0 for r in always)
+    never, _, generated, _ = run(DraftProfile(4, 0.0, 0.0))
+    assert generated == plain_generated and all(r.accepted_tokens == 0 < r.drafted_tokens for r in never)

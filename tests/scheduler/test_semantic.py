@@ -1,6 +1,7 @@
 import threading
 
 from scheduler.config import SchedulerConfig
+from scheduler.cost import CostModel
 from scheduler.decision import PreemptionMode
 from scheduler.policies import POLICIES, make_scheduler
 from scheduler.request import Stage
@@ -94,10 +95,25 @@ def test_eviction_pops_least_urgent_victims_and_applies_the_cache_or_recompute_r
     d = step(s)
     assert d.batch[0].id == "u" and [p.request.id for p in d.preemptions] == ["low"]
     p = d.preemptions[0]
-    # prompt of 60: beta 1e-4 < alpha1*60 + alpha2 = 1.06e-4 -> keep the prompt; m* = 0 -> drop decoded
-    assert p.mode is PreemptionMode.PARTIAL and p.kept_tokens == 60
-    assert low.stage is Stage.PREEMPTED_SWAPPED and low.kv_tokens_on_host == 60 and low.kv_tokens_on_device == 0
+    # prompt of 60: beta 1e-4 < alpha1*60 + alpha2 = 1.06e-4 -> keep the prompt; m* = 0 -> keep the decoded too
+    assert p.mode is PreemptionMode.SWAP and p.kept_tokens == 61
+    assert low.stage is Stage.PREEMPTED_SWAPPED and low.kv_tokens_on_host == 61 and low.kv_tokens_on_device == 0
     assert s.memory.used_blocks <= 20
+
+
+def test_partial_keep_recomputes_m_star_decoded_tokens_where_a_token_costs_more_to_keep_than_to_decode():
+    # beta 2e-3 > gamma1*(n + 1) + gamma2 = 1.061e-3: m* = (2e-3 - 1e-5*60 - (1e-5 + 2e-4)/2) / 1e-5 = 129.5
+    # decoded tokens to recompute; the prompt is kept (beta < alpha1*60 + alpha2 = 3.6e-3)
+    slow_host = CostModel(alpha1=1e-5, alpha2=3e-3, gamma1=1e-5, gamma2=1e-4, beta_s_per_token=2e-3)
+    s = make_scheduler(SchedulerConfig(policy="semantic", batch_size=1, kv_capacity_blocks=100, block_size=4),
+                       slow_host)
+    low = req("low", 5, prompt=60, out=400)
+    s.submit(low)
+    for _ in range(200):  # 199 decoded tokens with KV
+        step(s)
+    s.submit(req("u", 1, prompt=260, out=10))
+    p = step(s).preemptions[0]
+    assert p.mode is PreemptionMode.PARTIAL and p.kept_tokens == 60 + 199 - 130
 
 
 def test_eviction_mode_recompute_always_drops_and_swap_always_keeps():

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from scheduler.config import SchedulerConfig
+from scheduler.cost import CostModel
 from scheduler.decision import Decision, KVUsage, Preemption, PreemptionMode, Scheduler
 from scheduler.request import Request, Stage
 
@@ -99,8 +100,8 @@ class ScriptedScheduler:
     def kv_usage(self) -> KVUsage:
         return KVUsage(used_blocks=0, capacity_blocks=0)  # a script keeps no block accounting
 
-    def update_config(self, config: SchedulerConfig) -> None:
-        """A script ignores configuration."""
+    def update_config(self, config: SchedulerConfig | None = None, *, cost: CostModel | None = None) -> None:
+        """A script ignores configuration and cost models."""
 
     def hand_over(self, successor: Scheduler, now_s: float) -> None:
         raise NotImplementedError("a scripted scheduler cannot hand its requests over")

@@ -24,7 +24,7 @@ DEFAULT_SPECULATIVE_TOKENS = 16  # measured: docs/decisions/speculative-decoding
 
 
 def build_engine(model: str, device: str, policy: str | None, max_new_tokens: int,  # noqa: ANN201 - Engine
-                 speculative_tokens: int = 0):
+                 speculative_tokens: int = 0, cost_correction: bool = True):
     """The configured backend around the configured model, driving the configured scheduler."""
     from inference.backends.hf import HFBackend
 
@@ -41,7 +41,7 @@ def build_engine(model: str, device: str, policy: str | None, max_new_tokens: in
 
         refiner = LengthRefiner(LengthProbe.load(probe_dir))
     return backend.make_engine(scheduler, max_new_tokens=max_new_tokens, refiner=refiner,
-                               speculative_tokens=speculative_tokens)
+                               speculative_tokens=speculative_tokens, cost_correction=cost_correction)
 
 
 def build_vllm_pool(policy: str | None, max_new_tokens: int):  # noqa: ANN201 - VllmPool
@@ -77,6 +77,10 @@ class Command(BaseCommand):
             "--speculative-tokens", type=int,
             default=int(os.environ.get("TRIAGE_INFERENCE_SPECULATIVE_TOKENS", str(DEFAULT_SPECULATIVE_TOKENS))),
             help="draft tokens verified per call and step (prompt lookup and the read-out's forced tokens; 0: off)")
+        parser.add_argument(
+            "--cost-correction", action=argparse.BooleanOptionalAction,
+            default=os.environ.get("TRIAGE_INFERENCE_COST_CORRECTION", "1") not in ("0", "false", "no"),
+            help="measured iteration times correct the scheduler's cost model online (scheduler/cost_correction.py)")
         parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("TRIAGE_INFERENCE_METRICS_PORT", "0")),
                             help="serve Prometheus metrics on this port (0: off)")
         parser.add_argument("--metrics-host", default=os.environ.get("TRIAGE_INFERENCE_METRICS_HOST", "127.0.0.1"),
@@ -106,7 +110,7 @@ class Command(BaseCommand):
             engine = build_vllm_pool(opts["policy"], opts["max_new_tokens"])
         else:
             engine = build_engine(opts["model"], opts["device"], opts["policy"], opts["max_new_tokens"],
-                                  opts["speculative_tokens"])
+                                  opts["speculative_tokens"], opts["cost_correction"])
         worker = InferenceWorker(engine, redis_bytes_client(), WorkerOptions(
             stream=settings.TRIAGE["INFERENCE_STREAM"], group=settings.TRIAGE["INFERENCE_GROUP"],
             consumer=opts["consumer"], control_channel=settings.TRIAGE["CONTROL_CHANNEL"],
