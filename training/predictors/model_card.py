@@ -87,11 +87,10 @@ def render_model_card(metrics: dict[str, Any]) -> str:
         _row("template corpus, test split", metrics["test"]),
         "",
     ]
-    if "independent" in evaluation:
-        lines += ["Targets on the independent set:", "", *verdict(evaluation["independent"]["esi"]), ""]
-    if "independent-2" in evaluation:
-        lines += ["Targets on the second independent set:", "",
-                  *verdict(evaluation["independent-2"]["esi"], TARGETS_2), ""]
+    for name, title, targets in (("independent-3", "third", TARGETS_2), ("independent-2", "second", TARGETS_2),
+                                 ("independent", "first", TARGETS)):
+        if name in evaluation:
+            lines += [f"Targets on the {title} independent set:", "", *verdict(evaluation[name]["esi"], targets), ""]
     lines += [
         "Decision rule: the most urgent level k with P(ESI <= k) >= t_k, t = "
         + ", ".join(f"{t:.2f}" for t in metrics["thresholds"])

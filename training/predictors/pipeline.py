@@ -62,7 +62,7 @@ from training.predictors.model_card import render_model_card, render_reliability
 DEFAULT_CORPUS = REPO_ROOT / "fixtures" / "calls" / "calls.jsonl"  # the template corpus: a reference point
 WRITTEN_CORPUS = REPO_ROOT / "fixtures" / "calls" / "written"  # the ESI training corpus
 EVALUATION_DIR = REPO_ROOT / "fixtures" / "evaluation"
-EVALUATION_SETS = ("independent", "independent-2", "development")
+EVALUATION_SETS = ("independent-3", "independent-2", "independent", "development")  # newest judge first
 FINDINGS_SETS = ("findings", "findings-development")  # annotated findings: how calls are read
 Record = dict[str, Any]
 

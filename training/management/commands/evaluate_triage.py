@@ -20,8 +20,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 
 class Command(BaseCommand):
-    help = ("ESI and protocol metrics of the trained predictors on fixtures/evaluation/{independent,independent-2,"
-            "development}, with CPU time per call; asserted findings on fixtures/evaluation/{findings,"
+    help = ("ESI and protocol metrics of the trained predictors on fixtures/evaluation/{independent-3,independent-2,"
+            "independent,development}, with CPU time per call; asserted findings on fixtures/evaluation/{findings,"
             "findings-development}.")
     requires_system_checks: list[str] = []
 
