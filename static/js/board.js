@@ -413,16 +413,26 @@ function select(id) {
   openGuidance(id);
 }
 
-function loadPanel() {
+const PANEL_REFRESH_HEADER = "X-Panel-Refresh";
+function loadPanel(refresh = false) {
   if (state.selectedId === null || !window.htmx) return;
-  window.htmx.ajax("GET", `${root.dataset.panelUrl}${state.selectedId}/panel/`, { target: "#call-panel", swap: "innerHTML" });
+  window.htmx.ajax("GET", `${root.dataset.panelUrl}${state.selectedId}/panel/`,
+    { target: "#call-panel", swap: "innerHTML", headers: refresh ? { [PANEL_REFRESH_HEADER]: "1" } : {} });
 }
+
+// A refresh already on its way when the dispatcher opened a dialog must not land on it: swapping the panel would
+// close the dialog under their hands (and wipe a half-typed reason). Their own choices (another call) still swap.
+document.body.addEventListener("htmx:beforeSwap", (e) => {
+  const headers = (e.detail.requestConfig && e.detail.requestConfig.headers) || {};
+  if (headers[PANEL_REFRESH_HEADER] && e.detail.target && e.detail.target.id === "call-panel"
+      && document.querySelector("#call-panel dialog[open]")) e.detail.shouldSwap = false;
+});
 
 let panelTimer = null;
 function refreshPanelSoon() {
   clearTimeout(panelTimer);
   panelTimer = setTimeout(() => {
-    if (!document.querySelector("#call-panel dialog[open]")) loadPanel(); // never wipe a half-typed reason
+    if (!document.querySelector("#call-panel dialog[open]")) loadPanel(true); // never wipe a half-typed reason
   }, 300);
 }
 
