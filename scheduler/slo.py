@@ -237,6 +237,18 @@ class SurgeDriver:
                                       protected_idle=protected_idle(scheduler))
         return None if mode is None else self.effective(scheduler)
 
+    def decide_observed(self, now_s: float, *, protected_idle: bool) -> SurgeMode | None:
+        """``decide`` for an executor whose queue is not in this process (a vLLM pool: the servers hold it): the
+        window's attainment alone, nothing predicted. Returns the new mode when it changes (at most every
+        ``every_s``); there is no configuration to run, the servers schedule."""
+        if now_s < self._next_s:
+            return None
+        self._next_s = now_s + self.every_s
+        self.last_risk = False
+        self.last_attainment = self.window.attainment(
+            now_s, {level: self.admin.tier_for(None, level) for level in ESI_LEVELS})
+        return self.controller.update(now_s, self.last_attainment, False, protected_idle=protected_idle)
+
     def effective(self, scheduler: BaseScheduler) -> SchedulerConfig:
         """The administrator's configuration with the current mode's changes."""
         running = scheduler.running

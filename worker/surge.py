@@ -4,8 +4,10 @@ extra batch slots for ESI 1-2 (``scheduler.slo.surge_config``) and admits calls 
 protocol's key questions only (``brief_levels``; each such call audited ``call.guidance_brief``). Each change of mode is logged, audited
 (``surge.mode_changed``, by ``system:inference``) and exported (``triage_surge_protect``; the board shows it).
 
-It acts on our own engine only: a vLLM pool schedules inside the vLLM servers, so there the loop measures and
-reports but changes nothing (``acts`` is False).
+On a vLLM pool the servers hold the queue and schedule it, so nothing can be predicted from it here and there
+are no slots to open: the mode follows the window's observed attainment alone (``SurgeDriver.decide_observed``),
+and protect mode degrades the lower levels' guidance to the key questions as on our engine (``widens`` is False,
+``degrades`` True).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 from django.db import DatabaseError, close_old_connections
 
 from inference.executor import Executor
-from scheduler.config import SchedulerConfig
+from scheduler.config import PROTECTED_LEVELS, SchedulerConfig
 from scheduler.policies import BaseScheduler
 from scheduler.slo import BRIEF_GUIDANCE_LEVELS, SloWindow, SurgeDriver, SurgeMode
 from triage.services.surge import surge_mode_record
@@ -37,8 +39,14 @@ class SurgeLoop:
         return getattr(self.engine, "scheduler", None)
 
     @property
-    def acts(self) -> bool:
+    def widens(self) -> bool:
+        """Protect mode opens extra batch slots: only where the engine's scheduler runs in this process."""
         return self.enabled and self.scheduler is not None
+
+    @property
+    def degrades(self) -> bool:
+        """Protect mode gives the lower levels key questions only: on every executor (the plan is ours)."""
+        return self.enabled
 
     @property
     def mode(self) -> SurgeMode:
@@ -46,7 +54,7 @@ class SurgeLoop:
 
     def brief_levels(self) -> tuple[int, ...]:
         """The levels whose calls are admitted with key questions only: the lower tiers, in protect mode."""
-        return BRIEF_GUIDANCE_LEVELS if self.acts and self.driver.mode is SurgeMode.PROTECT else ()
+        return BRIEF_GUIDANCE_LEVELS if self.degrades and self.driver.mode is SurgeMode.PROTECT else ()
 
     @property
     def admin(self) -> SchedulerConfig:
@@ -59,14 +67,19 @@ class SurgeLoop:
 
     def tick(self, now_s: float | None = None) -> SurgeMode | None:
         """Decide at most every ``DECIDE_EVERY_S``; apply and record a change of mode. Engine loop thread only."""
-        scheduler = self.scheduler
-        if not self.enabled or scheduler is None:
+        if not self.enabled:
             return None
+        scheduler, now_s = self.scheduler, time.time() if now_s is None else now_s
         previous = self.driver.mode
-        config = self.driver.decide(time.time() if now_s is None else now_s, scheduler)
-        if config is None:
-            return None
-        self.engine.reconfigure(config)
+        if scheduler is None:  # a vLLM pool: observed attainment only, nothing to reconfigure
+            if self.driver.decide_observed(now_s, protected_idle=self._pool_protected_idle()) is None:
+                return None
+            config = self.driver.admin
+        else:
+            config = self.driver.decide(now_s, scheduler)
+            if config is None:
+                return None
+            self.engine.reconfigure(config)
         mode, attainment = self.driver.mode, self.driver.last_attainment
         protected = {str(level): {m: attainment[level].share[m] for m in ("ttft", "tpot")} for level in (1, 2)}
         log.warning("surge mode %s -> %s (predicted risk: %s; ESI 1-2 attainment %s; extra slots %d)",
@@ -78,3 +91,8 @@ class SurgeLoop:
         except DatabaseError:  # the mode applies regardless; the log above keeps the change
             log.exception("surge mode change not audited: the database refused")
         return mode
+
+    def _pool_protected_idle(self) -> bool:
+        """No ESI 1-2 call is waiting or generating in the pool (its sequences: every call it holds)."""
+        sequences = getattr(self.engine, "sequences", {})
+        return not any(seq.request.level in PROTECTED_LEVELS for seq in list(sequences.values()))
