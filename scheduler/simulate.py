@@ -137,6 +137,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--batch", type=int, default=SchedulerConfig.batch_size)
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--kv-blocks", type=int, default=None, help="override the profile's KV capacity")
+    ap.add_argument("--beta", type=float, default=None, metavar="S",
+                    help="override the profile's swap cost, seconds per token each way (a slower host link)")
     ap.add_argument("--eviction", default=SchedulerConfig.eviction, choices=EVICTION_MODES)
     ap.add_argument("--stage-merge", default=SchedulerConfig.stage_merge, choices=STAGE_MERGE_MODES,
                     help="what may join p*'s iterations (scheduler/config.py)")
@@ -214,6 +216,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown:
         raise SystemExit(f"unknown policy {unknown}; choose from {sorted(POLICIES)}")
     cost = PRESETS[args.profile]
+    if args.beta is not None:
+        cost = replace(cost, beta_s_per_token=args.beta, name=f"{cost.name}, beta {args.beta:g}")
     arrivals, predictions = build_workload(args)
     progress = not args.no_progress and len(arrivals) >= 2000
     if args.replicas > 1:

@@ -138,3 +138,15 @@ def test_drafting_emits_the_same_tokens_in_fewer_iterations_and_reports_acceptan
     assert all(r.accepted_tokens == r.drafted_tokens > 0 for r in always)
     never, _, generated, _ = run(DraftProfile(4, 0.0, 0.0))
     assert generated == plain_generated and all(r.accepted_tokens == 0 < r.drafted_tokens for r in never)
+
+
+def test_beta_overrides_the_profiles_swap_cost_and_a_slow_host_link_turns_the_cost_rule_to_recompute():
+    def run(*extra: str) -> dict:
+        cmd = [sys.executable, "-m", "scheduler.simulate", "--policy", "semantic", "--concurrency", "20",
+               "--slots", "5", "--kv-blocks", "60", "--json", "--no-progress", *extra]
+        return json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)
+
+    preset, slow = run(), run("--beta", "0.02")
+    assert slow["config"]["profile"] == "a100-4b, beta 0.02"
+    assert preset["swapped_tokens"] > 0 and preset["recomputed_tokens"] == 0  # beta 1e-4 < alpha2: keep it all
+    assert slow["swapped_tokens"] == 0 and slow["recomputed_tokens"] > 0  # 0.02 s a token: recompute instead
