@@ -56,19 +56,27 @@ print(json.dumps(metrics, sort_keys=True))
 """
 
 
-def _train_micro_in_a_process(out_dir: Path, hash_seed: str) -> dict:
+def _start_micro_training(out_dir: Path, hash_seed: str) -> subprocess.Popen:
+    """Its output to files: two processes writing to pipes read one after the other could block on a full one."""
     env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-    done = subprocess.run(
-        [sys.executable, "-c", _MICRO_TRAINING, str(out_dir)], env=env, cwd=REPO_ROOT, capture_output=True,
-        text=True, check=True, timeout=300,
-    )
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    out_dir.mkdir(parents=True)
+    with open(out_dir.with_suffix(".out"), "w") as out, open(out_dir.with_suffix(".err"), "w") as err:
+        return subprocess.Popen([sys.executable, "-c", _MICRO_TRAINING, str(out_dir)], env=env, cwd=REPO_ROOT,
+                                stdout=out, stderr=err)
+
+
+def _metrics_of(training: subprocess.Popen, out_dir: Path) -> dict:
+    training.wait(timeout=300)
+    assert training.returncode == 0, out_dir.with_suffix(".err").read_text()[-4000:]
+    return json.loads(out_dir.with_suffix(".out").read_text().strip().splitlines()[-1])
 
 
 def test_training_twice_with_the_same_seed_gives_the_same_metrics(tmp_path):
-    """Two processes with different string hashing (set order) train the same bytes."""
-    first = _train_micro_in_a_process(tmp_path / "a", "1")
-    second = _train_micro_in_a_process(tmp_path / "b", "2")
+    """Two processes with different string hashing (set order) train the same bytes (side by side: the suite's
+    time)."""
+    dirs = [tmp_path / "a", tmp_path / "b"]
+    trainings = [_start_micro_training(d, seed) for d, seed in zip(dirs, ("1", "2"), strict=True)]
+    first, second = (_metrics_of(t, d) for t, d in zip(trainings, dirs, strict=True))
     assert second == first  # same version (a hash of the weights), thresholds and numbers
     assert (tmp_path / "a" / "heads.safetensors").read_bytes() == (tmp_path / "b" / "heads.safetensors").read_bytes()
 
