@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import heapq
 
+from scheduler.config import SchedulerConfig
+from scheduler.cost import CostModel
 from scheduler.policies.base import BaseScheduler
 from scheduler.request import Request
 
@@ -37,8 +39,8 @@ class SlideScheduler(BaseScheduler):
     running_keys_improve = False
     aggressiveness = AGGRESSIVENESS
 
-    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - BaseScheduler's signature
-        super().__init__(*args, **kwargs)
+    def __init__(self, config: SchedulerConfig, cost: CostModel) -> None:
+        super().__init__(config, cost)
         self.urgent: set[str] = set()  # the last load judgment's URGENT requests
 
     def deadline_s(self, r: Request) -> float:
