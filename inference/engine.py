@@ -18,7 +18,7 @@ from typing import Protocol
 from inference.guidance.read_out import ReadOutConstraint
 from inference.kv_store import KVLocation, KVStore
 from inference.model_runner import ModelRunner, RowInput
-from inference.speculation import Draft, NgramIndex, draft
+from inference.speculation import Draft, NgramIndex, draft, drafts_allowed
 from scheduler.config import SchedulerConfig
 from scheduler.cost_correction import CostCorrector
 from scheduler.decision import Decision, KVUsage, Preemption, PreemptionMode, Scheduler
@@ -256,7 +256,7 @@ class Engine:
         result.preempted.append((rid, p.mode, p.kept_tokens))
 
     def _run(self, decision: Decision, result: StepResult) -> tuple[list[str], dict[str, int]]:
-        rows = []
+        rows, may_draft = [], drafts_allowed(decision.batch)
         for r in decision.batch:
             seq = self.sequences[r.id]
             cached = self.runner.cached_tokens(r.id)
@@ -264,7 +264,7 @@ class Engine:
                 result.started_ids.append(r.id)
             allowed = seq.read_out.allowed() if seq.read_out is not None else None
             new = seq.token_ids[cached:]
-            proposal = self._draft(seq) if len(new) == 1 else None
+            proposal = self._draft(seq) if len(new) == 1 and may_draft else None
             if proposal is None or not proposal.token_ids:
                 rows.append(RowInput(r.id, new, allowed))
             else:

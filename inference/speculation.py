@@ -15,10 +15,12 @@ No torch, no Django.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from inference.guidance.read_out import ReadOutConstraint
+from scheduler.config import PROTECTED_LEVELS
+from scheduler.request import Request
 
 MAX_NGRAM = 3  # the longest tail matched; a longer match is a better predictor (vLLM's prompt_lookup_max)
 MIN_NGRAM = 1
@@ -86,3 +88,9 @@ def draft(token_ids: Sequence[int], index: NgramIndex, limit: int, read_out: Rea
         options = constraint.allowed()
         allowed_after.append(options)
     return Draft(tuple(tokens), tuple(allowed_after))
+
+
+def drafts_allowed(batch: Iterable[Request]) -> bool:
+    """No drafts in a pass that carries an ESI 1-2 call's prefill: its first token waits for the whole pass, and
+    verify rows make the pass several times wider (a surge's widened batch: docs/decisions/surge-control.md)."""
+    return not any(r.level in PROTECTED_LEVELS and r.needs_prefill for r in batch)

@@ -93,3 +93,18 @@ def test_a_request_preempted_while_speculating_resumes_with_the_greedy_tokens(ti
         engine.add_request(f"r{i}", tiny_backend.encode(prompts[i]), level=3, predicted_output_tokens=MAX_NEW)
     done = engine.run_until_idle(max_steps=2000)
     assert [list(done[f"r{i}"].token_ids) for i in range(3)] == [list(s) for s in solo[:3]]
+
+
+def test_no_drafts_in_a_pass_that_carries_an_esi_1_or_2_prefill():
+    from inference.speculation import drafts_allowed
+    from scheduler.request import Request
+
+    def request(level: int, decoding: bool) -> Request:
+        r = Request(id=f"{level}{decoding}", level=level, arrival_s=0.0, prompt_tokens=20, predicted_output_tokens=9)
+        if decoding:  # prefilled and one token out: its next step decodes
+            r.generated_tokens, r.kv_tokens_on_device = 1, 20
+        return r
+
+    assert drafts_allowed([request(1, True), request(4, False)])  # a lower level's first token: drafts go on
+    assert not drafts_allowed([request(4, True), request(2, False)])  # an ESI-2 call's first token waits on the pass
+    assert drafts_allowed([])
