@@ -34,14 +34,6 @@ RATIO_MIN, RATIO_MAX = 0.05, 20.0
 APPLY_THRESHOLD = 0.05
 
 
-def predicted_iteration_s(decision: Decision, cost: CostModel) -> float:
-    """Seconds ``cost`` predicts for running ``decision``: exactly what the simulator charges
-    (``scheduler.simulator.iteration_s``): a prefill member costs ``cost.prefill_s(pending, cached)`` (plus
-    beta * its host tokens reloaded), the decoding members share one ``cost.decode_step_s(sum of contexts)``,
-    plus ``iteration_overhead_s``. Read before the iteration is accounted (``complete_iteration``). O(b)."""
-    return iteration_s(decision, cost)
-
-
 def corrected_cost_model(cost: CostModel, factor: float) -> CostModel:
     """``cost`` with its compute coefficients (alpha1, alpha2, gamma1, gamma2, iteration_overhead_s) times
     ``factor``; beta (a host copy) and the KV capacity unchanged. O(1)."""
@@ -90,8 +82,9 @@ class CostCorrector:
         return corrected_cost_model(self.base, self.applied_factor)
 
     def predict_s(self, decision: Decision) -> float:
-        """``predicted_iteration_s`` of ``decision`` by the base model. O(b)."""
-        return predicted_iteration_s(decision, self.base)
+        """Seconds the base model predicts for running ``decision``: what the simulator charges for it
+        (``scheduler.simulator.iteration_s``), read before the iteration is accounted. O(b)."""
+        return iteration_s(decision, self.base)
 
     def observe(self, predicted_s: float, measured_s: float) -> CostModel | None:
         """One iteration's prediction (``predict_s``) and measurement; the corrected model when f has moved more

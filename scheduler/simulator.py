@@ -140,9 +140,10 @@ def drive(
         clock += iteration_s(decision, cost) + (drafting.verify_s(cost, drafts) if drafts else 0.0)
         iterations += 1
         accepted = drafting.verify(decision.batch, drafts, rng) if drafts else None
-        before = sum(r.generated_tokens for r in decision.batch)
+        before = sum(r.generated_tokens for r in decision.batch) if accepted else 0
         finished = complete(scheduler, decision, clock, on_token, accepted)
-        generated += sum(r.generated_tokens for r in decision.batch) - before
+        # one token a member, or as many as its accepted drafts gave (up to its true length)
+        generated += sum(r.generated_tokens for r in decision.batch) - before if accepted else len(decision.batch)
         done.extend(finished)
         if finished and progress is not None:
             progress.update(len(finished))

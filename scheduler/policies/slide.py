@@ -55,10 +55,10 @@ class SlideScheduler(BaseScheduler):
         """The ids the NORMAL queue cannot carry to their next deadline (the module docstring's step 1)."""
         slots = [0.0] * max(1, self.config.batch_size)  # when each slot frees, seconds from now
         urgent = set()
-        for r in sorted(requests, key=self.deadline_s):
+        for deadline, r in sorted(((self.deadline_s(r), r) for r in requests), key=lambda pair: pair[0]):
             start = slots[0]
             latency = start + self.remaining_s(r, remaining_tokens=1)
-            if self.aggressiveness * latency <= self.deadline_s(r) - now_s:
+            if self.aggressiveness * latency <= deadline - now_s:
                 heapq.heapreplace(slots, start + self.remaining_s(r))
             else:
                 urgent.add(r.id)

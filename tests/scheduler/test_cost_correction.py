@@ -13,10 +13,10 @@ from scheduler.cost_correction import (
     CostCorrector,
     OnlineCorrection,
     corrected_cost_model,
-    predicted_iteration_s,
 )
 from scheduler.decision import Decision
 from scheduler.request import Request, Stage
+from scheduler.simulator import iteration_s
 from tests.scheduler.helpers import COST, req, sched, step
 
 OVERHEAD = CostModel(alpha1=1e-7, alpha2=1e-4, gamma1=1e-6, gamma2=0.02, beta_s_per_token=1e-4,
@@ -87,14 +87,14 @@ def test_a_prefill_iteration_is_predicted_as_the_sum_of_its_prefills_plus_the_ov
     batch = [_request("a", 120), _request("b", 40)]
     decision = Decision(stage=Stage.PREFILL, batch=batch)
     expected = OVERHEAD.prefill_s(120, 0) + OVERHEAD.prefill_s(40, 0) + OVERHEAD.iteration_overhead_s
-    assert predicted_iteration_s(decision, OVERHEAD) == pytest.approx(expected)
+    assert iteration_s(decision, OVERHEAD) == pytest.approx(expected)
 
 
 def test_a_decode_iteration_is_predicted_as_one_step_over_the_summed_contexts_plus_the_overhead():
     batch = [_request("a", 120, generated=7), _request("b", 40, generated=30)]
     decision = Decision(stage=Stage.DECODE, batch=batch)
     expected = OVERHEAD.decode_step_s(127 + 70) + OVERHEAD.iteration_overhead_s
-    assert predicted_iteration_s(decision, OVERHEAD) == pytest.approx(expected)
+    assert iteration_s(decision, OVERHEAD) == pytest.approx(expected)
 
 
 def test_the_scheduler_gets_a_corrected_model_only_once_the_factor_moved_more_than_5_percent():
